@@ -1,0 +1,103 @@
+//! NATS JetStream: the connection (retrying in the background, so a NATS that
+//! is down makes cabine not-ready rather than dead) and the streams
+//! `cabine migrate` creates.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+
+use crate::config::{Ispb, NatsSettings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("nats connect: {0}")]
+    Connect(#[from] async_nats::ConnectError),
+    #[error("jetstream stream {stream}: {reason}")]
+    Stream { stream: String, reason: String },
+}
+
+/// Subjects of one deployment (one ISPB), derived from `nats.subject_prefix`.
+#[derive(Clone, Debug)]
+pub struct Subjects {
+    prefix: String,
+    ispb: String,
+}
+
+impl Subjects {
+    pub fn new(settings: &NatsSettings, ispb: &Ispb) -> Self {
+        Subjects { prefix: settings.subject_prefix.clone(), ispb: ispb.to_string() }
+    }
+
+    /// `{prefix}.in.{ispb}.{msg type}`: one inbound message.
+    pub fn inbound(&self, msg_type: &str) -> String {
+        format!("{}.in.{}.{}", self.prefix, self.ispb, msg_type)
+    }
+
+    /// Everything inbound for this ISPB.
+    pub fn inbound_all(&self) -> String {
+        format!("{}.in.{}.>", self.prefix, self.ispb)
+    }
+
+    /// `{prefix}.out.{ispb}.{channel}`: outbound requests from the bank's core.
+    pub fn outbound(&self, channel: &str) -> String {
+        format!("{}.out.{}.{}", self.prefix, self.ispb, channel)
+    }
+
+    /// `{prefix}.out.result.{ispb}`: outbound state changes back to the core.
+    pub fn results(&self) -> String {
+        format!("{}.out.result.{}", self.prefix, self.ispb)
+    }
+}
+
+/// Connects in the background; the client reconnects forever with its own backoff.
+pub async fn connect(settings: &NatsSettings) -> Result<async_nats::Client, BusError> {
+    let mut opts = async_nats::ConnectOptions::new()
+        .name("cabine")
+        .connection_timeout(settings.connect_timeout)
+        .request_timeout(Some(settings.request_timeout))
+        .retry_on_initial_connect()
+        .reconnect_delay_callback(|attempt| Duration::from_millis((100u64 << attempt.min(5)).min(2_000)));
+    if let Some(token) = &settings.token {
+        opts = opts.token(token.expose().to_owned());
+    }
+    Ok(opts.connect(&settings.url).await?)
+}
+
+/// Creates (or updates) the JetStream streams of this deployment. Idempotent.
+pub async fn ensure_streams(
+    client: &async_nats::Client,
+    settings: &NatsSettings,
+    subjects: &Subjects,
+    channels: &[&str],
+) -> Result<(), BusError> {
+    let js = jetstream::new(client.clone());
+    let specs = [
+        stream::Config {
+            name: settings.inbound_stream.clone(),
+            subjects: vec![subjects.inbound_all()],
+            duplicate_window: settings.duplicate_window,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        },
+        stream::Config {
+            name: settings.outbound_stream.clone(),
+            subjects: channels.iter().map(|c| subjects.outbound(c)).collect(),
+            retention: stream::RetentionPolicy::WorkQueue,
+            duplicate_window: settings.duplicate_window,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        },
+        stream::Config {
+            name: settings.results_stream.clone(),
+            subjects: vec![subjects.results()],
+            duplicate_window: settings.duplicate_window,
+            storage: stream::StorageType::File,
+            ..Default::default()
+        },
+    ];
+    for spec in specs {
+        let name = spec.name.clone();
+        js.create_or_update_stream(spec).await.map_err(|e| BusError::Stream { stream: name, reason: e.to_string() })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! The `cabine` binary: install the TLS provider, parse the command line, load
+//! configuration (exit 64 when unusable) and hand over to the chosen command.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use cabine::cli::{Cli, Command};
+use cabine::config::Settings;
+
+fn main() -> ExitCode {
+    // Once, before anything can build a TLS config (reqwest, async-nats, the simulator).
+    cabine::install_crypto_provider();
+    let cli = Cli::parse();
+    let settings = match Settings::load(&cli.config_dir) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(cabine::EXIT_CONFIG);
+        }
+    };
+    match cli.command {
+        Command::CheckConfig => {
+            print!("{}", settings.to_redacted_toml());
+            ExitCode::SUCCESS
+        }
+        command => {
+            cabine::telemetry::init_tracing(&settings.log);
+            match runtime().and_then(|rt| rt.block_on(dispatch(command, settings))) {
+                Ok(code) => code,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "cabine stopped on an error");
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the tokio runtime")
+}
+
+async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run => cabine::run::run(settings).await,
+        Command::Migrate => cabine::run::migrate(settings).await.map(|()| ExitCode::SUCCESS),
+        Command::CheckConfig => unreachable!("handled before the runtime starts"),
+    }
+}

@@ -1,0 +1,171 @@
+//! Readiness: a background probe of Redis, Postgres (and its migrations) and
+//! NATS whose latest result `/health/ready` serves and `/metrics` exports.
+//!
+//! Probing in the background keeps the endpoint instant and gives the gauges a
+//! steady cadence; a stopping pod reports not-ready at once, whatever the probe says.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use deadpool_postgres::Pool;
+use fred::prelude::*;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::db;
+
+/// One dependency's last check.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub ok: bool,
+    pub detail: String,
+    pub checked_at_ms: u64,
+}
+
+/// What `/health/ready` answers.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReadinessReport {
+    pub ready: bool,
+    pub stopping: bool,
+    /// Names of the dependencies whose last check failed.
+    pub failing: Vec<String>,
+    pub checks: BTreeMap<String, Check>,
+}
+
+/// Shared handle: the probe writes, handlers read, shutdown flips `stopping`.
+#[derive(Clone)]
+pub struct Readiness {
+    checks: Arc<watch::Sender<BTreeMap<String, Check>>>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness { checks: Arc::new(watch::channel(BTreeMap::new()).0), stopping: Arc::new(AtomicBool::new(false)) }
+    }
+}
+
+impl Readiness {
+    pub fn report(&self) -> ReadinessReport {
+        let checks = self.checks.borrow().clone();
+        let stopping = self.stopping.load(Ordering::SeqCst);
+        let failing: Vec<String> = checks.iter().filter(|(_, c)| !c.ok).map(|(n, _)| n.clone()).collect();
+        let ready = !stopping && !checks.is_empty() && failing.is_empty();
+        ReadinessReport { ready, stopping, failing, checks }
+    }
+
+    /// From now on the pod reports 503: it is draining.
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        metrics::gauge!("cabine_ready").set(0.0);
+    }
+
+    fn publish(&self, checks: BTreeMap<String, Check>) {
+        for (name, check) in &checks {
+            metrics::gauge!("cabine_dependency_up", "dependency" => name.clone()).set(if check.ok { 1.0 } else { 0.0 });
+        }
+        self.checks.send_replace(checks);
+        metrics::gauge!("cabine_ready").set(if self.report().ready { 1.0 } else { 0.0 });
+    }
+
+    /// Resolves once a probe has found every dependency up.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.checks.subscribe();
+        loop {
+            if self.report().ready {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The things readiness depends on.
+#[derive(Clone)]
+pub struct DependencyProbe {
+    pub redis: fred::clients::Client,
+    pub postgres: Pool,
+    pub nats: async_nats::Client,
+    /// Bound on each single check.
+    pub timeout: Duration,
+}
+
+impl DependencyProbe {
+    pub async fn check_all(&self) -> BTreeMap<String, Check> {
+        let (redis, pg, nats) = tokio::join!(self.check_redis(), self.check_postgres(), self.check_nats());
+        let mut checks = BTreeMap::new();
+        checks.insert("redis".to_owned(), redis);
+        let (postgres, migrations) = pg;
+        checks.insert("postgres".to_owned(), postgres);
+        checks.insert("migrations".to_owned(), migrations);
+        checks.insert("nats".to_owned(), nats);
+        checks
+    }
+
+    async fn check_redis(&self) -> Check {
+        let ping = tokio::time::timeout(self.timeout, self.redis.ping::<String>(None)).await;
+        match ping {
+            Ok(Ok(_)) => check(true, "PONG"),
+            Ok(Err(e)) => check(false, e.to_string()),
+            Err(_) => check(false, format!("no answer within {:?}", self.timeout)),
+        }
+    }
+
+    async fn check_postgres(&self) -> (Check, Check) {
+        let applied = tokio::time::timeout(self.timeout, db::applied_version(&self.postgres)).await;
+        let latest = db::latest_version();
+        match applied {
+            Err(_) => {
+                let c = check(false, format!("no answer within {:?}", self.timeout));
+                (c.clone(), check(false, "unknown: postgres unreachable"))
+            }
+            Ok(Err(e)) => (check(false, e.to_string()), check(false, "unknown: postgres unreachable")),
+            Ok(Ok(v)) => {
+                let applied = v.unwrap_or(0);
+                let m = if applied >= latest {
+                    check(true, format!("version {applied}"))
+                } else {
+                    check(false, format!("version {applied} applied, {latest} embedded: run `cabine migrate`"))
+                };
+                (check(true, "SELECT ok"), m)
+            }
+        }
+    }
+
+    async fn check_nats(&self) -> Check {
+        use async_nats::connection::State;
+        match self.nats.connection_state() {
+            State::Connected => match tokio::time::timeout(self.timeout, self.nats.flush()).await {
+                Ok(Ok(())) => check(true, "connected"),
+                Ok(Err(e)) => check(false, e.to_string()),
+                Err(_) => check(false, format!("no flush within {:?}", self.timeout)),
+            },
+            other => check(false, format!("{other:?}")),
+        }
+    }
+}
+
+/// Probes every `interval` for the life of the process.
+pub fn spawn_probe_loop(
+    probe: DependencyProbe,
+    readiness: Readiness,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            readiness.publish(probe.check_all().await);
+        }
+    })
+}
+
+fn check(ok: bool, detail: impl Into<String>) -> Check {
+    let checked_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    Check { ok, detail: detail.into(), checked_at_ms }
+}

@@ -1,0 +1,129 @@
+//! `cabine run` and `cabine migrate`: connect the dependencies, serve status,
+//! and stop cleanly on SIGTERM / Ctrl-C (a second signal exits at once).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
+use cabine_actors::ActorStatus;
+use tokio::sync::watch;
+
+use crate::config::Settings;
+use crate::readiness::{DependencyProbe, Readiness};
+use crate::{bus, db, http, readiness, redis, telemetry};
+
+/// The connected (or connecting) dependencies of one pod.
+pub struct Dependencies {
+    pub redis: fred::clients::Client,
+    pub postgres: deadpool_postgres::Pool,
+    pub nats: async_nats::Client,
+}
+
+impl Dependencies {
+    /// Builds every client without waiting for its server: unreachable services
+    /// make the pod not-ready, they do not stop it.
+    pub async fn connect(settings: &Settings) -> anyhow::Result<Self> {
+        let redis = redis::connect(&settings.redis).context("redis client")?;
+        let postgres = db::pool(&settings.postgres).context("postgres pool")?;
+        let nats = bus::connect(&settings.nats).await.context("nats client")?;
+        Ok(Dependencies { redis, postgres, nats })
+    }
+}
+
+/// `cabine migrate`: Postgres migrations, then the JetStream streams.
+pub async fn migrate(settings: Settings) -> anyhow::Result<()> {
+    let pool = db::pool(&settings.postgres)?;
+    let version = db::migrate(&pool, &settings.postgres.schema).await.context("postgres migrations")?;
+    tracing::info!(schema = %settings.postgres.schema, ?version, "postgres migrations applied");
+    let nats = connect_nats_now(&settings).await?;
+    let subjects = bus::Subjects::new(&settings.nats, &settings.cluster.ispb);
+    let channels: Vec<&str> = settings.enabled_channels().map(|(id, _)| id.as_str()).collect();
+    bus::ensure_streams(&nats, &settings.nats, &subjects, &channels).await.context("jetstream streams")?;
+    tracing::info!("jetstream streams ready");
+    Ok(())
+}
+
+async fn connect_nats_now(settings: &Settings) -> anyhow::Result<async_nats::Client> {
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(settings.nats.connect_timeout)
+        .connect(&settings.nats.url)
+        .await
+        .with_context(|| format!("connecting to NATS at {}", settings.nats.url))?;
+    Ok(client)
+}
+
+/// `cabine run`: one pod, until a signal.
+pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    let settings = Arc::new(settings);
+    let pod_id = settings.pod_id();
+    let metrics = telemetry::metrics_handle();
+    telemetry::spawn_metrics_upkeep(metrics.clone());
+    let deps = Dependencies::connect(&settings).await?;
+    if settings.postgres.migrate_on_start {
+        migrate_with_retry(&deps.postgres, &settings.postgres.schema).await;
+    }
+    let readiness = Readiness::default();
+    let probe = DependencyProbe {
+        redis: deps.redis.clone(),
+        postgres: deps.postgres.clone(),
+        nats: deps.nats.clone(),
+        timeout: settings.http.probe_timeout,
+    };
+    readiness::spawn_probe_loop(probe, readiness.clone(), settings.http.probe_interval);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let state = http::AppState { readiness: readiness.clone(), metrics, actors: Arc::new(ActorStatus::empty_root) };
+    let (addr, server) =
+        http::serve(settings.http.bind, state, wait_for(stop_rx)).await.context("binding http.bind")?;
+    // First stdout line: where this pod listens (scripts and tests read it).
+    println!("{}", serde_json::json!({"event": "listening", "http": addr.to_string(), "pod_id": pod_id}));
+    tracing::info!(%addr, %pod_id, version = crate::VERSION, commit = crate::GIT_COMMIT, "cabine pod started");
+
+    shutdown_signal().await;
+    tracing::info!("stop requested: readiness is now 503, draining");
+    readiness.set_stopping();
+    tokio::spawn(async {
+        shutdown_signal().await;
+        tracing::warn!("second stop signal: exiting at once");
+        std::process::exit(130);
+    });
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(settings.timing.stop_timeout, server).await {
+        Ok(_) => tracing::info!("stopped cleanly"),
+        Err(_) => tracing::warn!(timeout = ?settings.timing.stop_timeout, "stop timeout elapsed"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Applies migrations at start, retrying with backoff while Postgres is unreachable.
+async fn migrate_with_retry(pool: &deadpool_postgres::Pool, schema: &str) {
+    let attempt = || async { db::migrate(pool, schema).await };
+    let outcome = attempt
+        .retry(
+            ExponentialBuilder::default()
+                .with_jitter()
+                .with_max_delay(std::time::Duration::from_secs(5))
+                .without_max_times(),
+        )
+        .notify(|e, after| tracing::warn!(error = %e, ?after, "migrations not applied yet; retrying"))
+        .await;
+    if let Ok(version) = outcome {
+        tracing::info!(?version, "migrations applied at start");
+    }
+}
+
+async fn wait_for(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+}
