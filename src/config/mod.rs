@@ -7,7 +7,6 @@
 
 mod invariants;
 mod secret;
-mod types;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -16,9 +15,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use cabine_actors::domain::{ChannelId, Ispb, PoolSize};
 pub use invariants::check_boot_invariants;
 pub use secret::Secret;
-pub use types::{ChannelId, Ispb, PoolSize};
 
 /// The defaults, compiled in so the binary runs from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");

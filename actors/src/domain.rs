@@ -1,5 +1,6 @@
-//! Validated newtypes of the configuration: what the Central Bank and DESIGN §3
-//! allow, checked once at load so the rest of the code can rely on it.
+//! Domain values shared by the actors and the adapters: ISPB, channel, pool
+//! size and slot, each validated once (at config load) so the rest of the code
+//! can rely on it.
 
 use std::fmt;
 
@@ -115,6 +116,20 @@ impl TryFrom<u64> for PoolSize {
 impl From<PoolSize> for u64 {
     fn from(p: PoolSize) -> u64 {
         u64::from(p.0)
+    }
+}
+
+/// One stream slot of a channel: `slot/cpm/3` owns one ICOM stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SlotId {
+    pub channel: ChannelId,
+    /// 1-based, at most [`PoolSize::CAP`].
+    pub n: u8,
+}
+
+impl fmt::Display for SlotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.channel, self.n)
     }
 }
 

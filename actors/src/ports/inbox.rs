@@ -1,0 +1,67 @@
+//! The inbox port (Postgres): fenced slot claims and the commit of a batch with
+//! the stream's next cursor in one transaction (DESIGN §2.2–2.4).
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::SlotId;
+use crate::ports::icom::InboundMessage;
+
+/// The result of claiming a slot's cursor row: our fence and where the stream stands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// Strictly greater than any fence handed out before for this slot.
+    pub fence: i64,
+    /// The stored pull-next to resume; `None` means start a new stream.
+    pub pull_next: Option<String>,
+}
+
+/// What a commit did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitSummary {
+    /// Rows newly inserted, for the publisher (duplicates are not repeated here).
+    pub inserted: Vec<CommittedRow>,
+    /// Messages already in the inbox (a redelivered batch).
+    pub duplicates: usize,
+    /// Of the inserted rows, how many are malformed.
+    pub malformed: usize,
+}
+
+/// A freshly committed inbox row, with what the publisher needs to publish it
+/// without reading it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedRow {
+    pub id: i64,
+    pub message: InboundMessage,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InboxError {
+    /// Database unreachable, pool timeout, serialization failure: retry with backoff.
+    #[error("inbox unavailable: {0}")]
+    Unavailable(String),
+    /// Someone claimed the slot after us: stop, acknowledge nothing.
+    #[error("fence lost: ours {ours}, current {current}")]
+    FenceLost { ours: i64, current: i64 },
+    /// A bug or a schema problem: escalate.
+    #[error("inbox fatal: {0}")]
+    Fatal(String),
+}
+
+#[async_trait::async_trait]
+pub trait InboxStore: Send + Sync + 'static {
+    /// Takes the next fence of `slot` (creating its row if absent) for `holder`.
+    async fn claim(&self, slot: SlotId, holder: &str) -> Result<Claim, InboxError>;
+    /// In ONE transaction: fails with `FenceLost` unless the row's fence is
+    /// still `fence`; inserts `batch` (ON CONFLICT DO NOTHING); stores `pull_next`.
+    /// Only after it returns Ok may the batch be acknowledged.
+    async fn commit(
+        &self,
+        slot: SlotId,
+        fence: i64,
+        batch: &[InboundMessage],
+        pull_next: &str,
+    ) -> Result<CommitSummary, InboxError>;
+    /// Stores a cursor without a batch (a new stream's first pull-next, or
+    /// `None` after the stream was closed), conditioned on the fence.
+    async fn store_cursor(&self, slot: SlotId, fence: i64, pull_next: Option<&str>) -> Result<(), InboxError>;
+}

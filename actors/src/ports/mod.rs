@@ -1,0 +1,18 @@
+//! Port traits: everything the actors need from the world, implemented by the
+//! `cabine` crate (Redis, Postgres, NATS, ICOM) and by in-memory fakes in tests.
+//!
+//! Each port has its own error enum, split by what the caller does:
+//! transient (retry with backoff, fail closed), lost (stop using the resource
+//! now), fatal (escalate).
+
+pub mod cluster;
+pub mod icom;
+pub mod inbox;
+pub mod lease;
+pub mod publish;
+
+pub use cluster::{ClusterError, PodBeat, PodRegistry};
+pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};
+pub use inbox::{Claim, CommitSummary, CommittedRow, InboxError, InboxStore};
+pub use lease::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool};
+pub use publish::{InboundPublisher, PublishError};
