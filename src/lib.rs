@@ -9,6 +9,8 @@ pub mod config;
 pub mod db;
 pub mod harness;
 pub mod http;
+pub mod inbox;
+pub mod publish;
 pub mod readiness;
 pub mod redis;
 pub mod run;

@@ -9,7 +9,8 @@ pub fn check_boot_invariants(s: &Settings) -> Result<(), ConfigError> {
     check_timing(s)?;
     check_pools(s)?;
     check_channels(s)?;
-    check_limits(s)
+    check_limits(s)?;
+    check_publication(s)
 }
 
 fn fail(key: &str, rule: String) -> Result<(), ConfigError> {
@@ -120,6 +121,28 @@ fn check_limits(s: &Settings) -> Result<(), ConfigError> {
     }
     if s.postgres.pool_size == 0 {
         return fail("postgres.pool_size", "must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// The republish sweep relies on JetStream's duplicate window: a row whose PubAck
+/// was lost is republished after `republish_after` and must still be deduplicated.
+fn check_publication(s: &Settings) -> Result<(), ConfigError> {
+    let (window, after) = (s.nats.duplicate_window, s.timing.republish_after);
+    if after.is_zero() || window < after * 2 {
+        return fail(
+            "nats.duplicate_window, timing.republish_after",
+            format!("0 < 2 x republish_after ({after:?}) must be <= duplicate_window ({window:?})"),
+        );
+    }
+    if s.nats.publish_queue == 0 || s.nats.publish_batch == 0 || s.nats.publish_batch > s.nats.publish_queue {
+        return fail(
+            "nats.publish_queue, nats.publish_batch",
+            format!("1 <= publish_batch ({}) <= publish_queue ({})", s.nats.publish_batch, s.nats.publish_queue),
+        );
+    }
+    if s.postgres.query_timeout.is_zero() || s.nats.lag_probe_interval.is_zero() {
+        return fail("postgres.query_timeout, nats.lag_probe_interval", "must be greater than zero".into());
     }
     Ok(())
 }

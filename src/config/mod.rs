@@ -121,6 +121,9 @@ pub struct PostgresSettings {
     pub create_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub recycle_timeout: Duration,
+    /// Bound on one inbox statement (claim, commit, cursor); beyond it the outcome is `Unavailable`.
+    #[serde(with = "humantime_serde")]
+    pub query_timeout: Duration,
     pub migrate_on_start: bool,
 }
 
@@ -141,6 +144,13 @@ pub struct NatsSettings {
     pub connect_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// Committed rows waiting for the publisher; a full queue makes slots wait (back-pressure).
+    pub publish_queue: usize,
+    /// Rows published concurrently per round (all sent, then all PubAcks awaited) and per sweep page.
+    pub publish_batch: usize,
+    /// How often the oldest-unpublished gauge is refreshed from Postgres.
+    #[serde(with = "humantime_serde")]
+    pub lag_probe_interval: Duration,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -18,7 +18,7 @@ pub struct Claim {
 /// What a commit did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommitSummary {
-    /// Rows newly inserted, for the publisher (duplicates are not repeated here).
+    /// Rows newly inserted, in id order, for the publisher (duplicates are not repeated here).
     pub inserted: Vec<CommittedRow>,
     /// Messages already in the inbox (a redelivered batch).
     pub duplicates: usize,
@@ -27,10 +27,12 @@ pub struct CommitSummary {
 }
 
 /// A freshly committed inbox row, with what the publisher needs to publish it
-/// without reading it back.
+/// without reading it back (the slot gives the channel of its `Nats-Msg-Id`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommittedRow {
     pub id: i64,
+    pub slot: SlotId,
+    /// The message as stored: a part without a ResourceId carries the key it was stored under.
     pub message: InboundMessage,
 }
 

@@ -16,7 +16,9 @@ pub enum PublishError {
 #[async_trait::async_trait]
 pub trait InboundPublisher: Send + Sync + 'static {
     /// Hands over freshly committed rows. Bounded: waits when the publisher is
-    /// behind (back-pressure on the slot), never drops.
+    /// behind (back-pressure on the slot). While the bus is down, rows are left
+    /// in Postgres for the sweep (counted) rather than stalling the slot; malformed
+    /// rows are dead letters and are not published.
     async fn committed(&self, rows: Vec<CommittedRow>);
     /// Republishes rows unpublished for longer than `older_than`; returns how many.
     async fn sweep(&self, older_than: Duration) -> Result<usize, PublishError>;

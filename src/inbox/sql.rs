@@ -1,0 +1,47 @@
+//! The inbox statements. Each is a single statement (one implicit transaction,
+//! one round trip), prepared once per connection.
+
+/// Takes the next fence of a slot, creating its row at fence 1.
+/// `ON CONFLICT DO UPDATE` locks the row, so concurrent claims serialise.
+pub const CLAIM: &str = "\
+INSERT INTO slot_cursor (ispb, channel, slot, fence, holder, updated_at)
+VALUES ($1, $2, $3, 1, $4, now())
+ON CONFLICT (ispb, channel, slot)
+DO UPDATE SET fence = slot_cursor.fence + 1, holder = EXCLUDED.holder, updated_at = now()
+RETURNING fence, pull_next";
+
+/// Commits a batch with the stream's next cursor, all or nothing:
+/// `cursor` locks the slot row and moves the cursor only while the fence is ours
+/// (a concurrent claim is waited for and re-checked); `batch` inserts only when
+/// `cursor` did, skipping rows already there. The one result row says whether the
+/// fence held and which rows are new.
+pub const COMMIT: &str = "\
+WITH cursor AS (
+    UPDATE slot_cursor SET pull_next = $5, updated_at = now()
+    WHERE ispb = $1 AND channel = $2 AND slot = $3 AND fence = $4
+    RETURNING fence
+), batch AS (
+    INSERT INTO inbox (ispb, channel, slot, fence, resource_id, msg_id, msg_def, biz_msg_id, end_to_end_id,
+                       from_ispb, to_ispb, raw, status, reason)
+    SELECT $1, $2, $3, $4, m.resource_id, m.msg_id, m.msg_def, m.biz_msg_id, m.end_to_end_id,
+           m.from_ispb, m.to_ispb, m.raw, CASE WHEN m.reason IS NULL THEN 'received' ELSE 'malformed' END, m.reason
+    FROM unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                $13::bytea[], $14::text[])
+         AS m(resource_id, msg_id, msg_def, biz_msg_id, end_to_end_id, from_ispb, to_ispb, raw, reason)
+    WHERE EXISTS (SELECT 1 FROM cursor)
+    ON CONFLICT (ispb, channel, resource_id) DO NOTHING
+    RETURNING id, resource_id
+)
+SELECT EXISTS (SELECT 1 FROM cursor) AS fenced,
+       COALESCE(array_agg(batch.id), '{}') AS ids,
+       COALESCE(array_agg(batch.resource_id), '{}') AS resource_ids
+FROM batch";
+
+/// Stores a cursor without a batch, only while the fence is ours.
+pub const STORE_CURSOR: &str = "\
+UPDATE slot_cursor SET pull_next = $5, updated_at = now()
+WHERE ispb = $1 AND channel = $2 AND slot = $3 AND fence = $4";
+
+/// The slot's current fence, to explain a refused write (0 when the row is gone).
+pub const CURRENT_FENCE: &str = "\
+SELECT COALESCE((SELECT fence FROM slot_cursor WHERE ispb = $1 AND channel = $2 AND slot = $3), 0)";

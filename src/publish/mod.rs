@@ -1,0 +1,156 @@
+//! The inbound publisher on NATS JetStream: committed inbox rows go to
+//! `{prefix}.in.{ispb}.{msg type}` with `Nats-Msg-Id = {ispb}:{channel}:{resource id}`
+//! and are marked published once JetStream has acknowledged them.
+//!
+//! Slots hand rows over through a bounded queue (`nats.publish_queue`): a full
+//! queue makes them wait (back-pressure). One task drains it in rounds of up
+//! to `nats.publish_batch` rows. While the bus is down the task leaves rows in
+//! Postgres for the republish sweep instead of stalling the slots. Malformed
+//! rows are dead letters (view `inbox_dead_letter`) and are never published.
+
+mod bus;
+mod series;
+mod sql;
+mod sweep;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cabine_actors::ports::{CommittedRow, InboundPublisher, PublishError};
+use deadpool_postgres::Pool;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+pub use bus::subject_type;
+use bus::{InboundBus, Outgoing};
+use series::{self as m, Path};
+
+use crate::bus::Subjects;
+use crate::config::Settings;
+
+/// A committed row waiting in the queue, with when it was handed over.
+struct Queued {
+    row: CommittedRow,
+    at: Instant,
+}
+
+/// [`InboundPublisher`] on JetStream for one ISPB.
+pub struct JetStreamPublisher {
+    queue: mpsc::Sender<Queued>,
+    bus: Arc<InboundBus>,
+    page: usize,
+    drain: JoinHandle<()>,
+    _lag_probe: DropGuard,
+}
+
+impl JetStreamPublisher {
+    /// Starts the drain task and the lag probe; both end when the publisher is
+    /// dropped or closed. Needs a Tokio runtime.
+    pub fn start(client: async_nats::Client, pool: Pool, settings: &Settings) -> Self {
+        m::describe();
+        let nats = &settings.nats;
+        let subjects = Subjects::new(nats, &settings.cluster.ispb);
+        let bus = Arc::new(InboundBus::new(
+            client,
+            pool,
+            subjects,
+            settings.cluster.ispb.to_string(),
+            nats.request_timeout,
+            settings.postgres.query_timeout,
+        ));
+        let (queue, rx) = mpsc::channel(nats.publish_queue);
+        let drain = tokio::spawn(drain(bus.clone(), rx, nats.publish_batch));
+        let stop = CancellationToken::new();
+        tokio::spawn(probe_lag(bus.clone(), nats.lag_probe_interval, stop.clone()));
+        JetStreamPublisher { queue, bus, page: nats.publish_batch, drain, _lag_probe: stop.drop_guard() }
+    }
+
+    /// Age of the oldest committed row not yet on the bus (also sets the gauge).
+    pub async fn oldest_unpublished(&self) -> Result<Duration, PublishError> {
+        self.bus.refresh_lag().await
+    }
+
+    /// The `Nats-Msg-Id` a row of `channel` with `resource_id` is published with.
+    pub fn msg_id(&self, channel: &str, resource_id: &str) -> String {
+        self.bus.msg_id(channel, resource_id)
+    }
+
+    /// Stops taking rows and publishes what is queued, for at most `within`.
+    /// Returns false when time ran out (the rest is left to the sweep).
+    pub async fn close(self, within: Duration) -> bool {
+        let JetStreamPublisher { queue, mut drain, .. } = self;
+        drop(queue);
+        match tokio::time::timeout(within, &mut drain).await {
+            Ok(_) => true,
+            Err(_) => {
+                drain.abort();
+                false
+            }
+        }
+    }
+
+    fn record_depth(&self) {
+        let depth = self.queue.max_capacity() - self.queue.capacity();
+        metrics::gauge!(m::QUEUE_DEPTH).set(depth as f64);
+    }
+}
+
+#[async_trait::async_trait]
+impl InboundPublisher for JetStreamPublisher {
+    async fn committed(&self, rows: Vec<CommittedRow>) {
+        let at = Instant::now();
+        for row in rows.into_iter().filter(|r| r.message.malformed.is_none()) {
+            if self.queue.send(Queued { row, at }).await.is_err() {
+                metrics::counter!(m::DEFERRED).increment(1);
+            }
+        }
+        self.record_depth();
+    }
+
+    async fn sweep(&self, older_than: Duration) -> Result<usize, PublishError> {
+        self.bus.sweep(older_than, self.page).await
+    }
+}
+
+/// Publishes queued rows in rounds until every sender is gone.
+async fn drain(bus: Arc<InboundBus>, mut rx: mpsc::Receiver<Queued>, batch: usize) {
+    let mut buf = Vec::with_capacity(batch);
+    while rx.recv_many(&mut buf, batch).await > 0 {
+        metrics::gauge!(m::QUEUE_DEPTH).set(rx.len() as f64);
+        let rows: Vec<Outgoing> = buf.drain(..).map(outgoing).collect();
+        if bus.is_down() {
+            metrics::counter!(m::DEFERRED).increment(rows.len() as u64);
+            continue;
+        }
+        bus.publish(rows, Path::Live).await;
+    }
+}
+
+fn outgoing(q: Queued) -> Outgoing {
+    let Queued { row, at } = q;
+    Outgoing {
+        id: row.id,
+        channel: row.slot.channel.as_str().to_owned(),
+        resource_id: row.message.resource_id,
+        msg_def: row.message.meta.msg_def,
+        raw: row.message.raw,
+        committed_at: at,
+    }
+}
+
+/// Refreshes the oldest-unpublished gauge every `every` until `stop`.
+async fn probe_lag(bus: Arc<InboundBus>, every: Duration, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = bus.refresh_lag().await {
+                    tracing::debug!(error = %e, "oldest-unpublished gauge not refreshed");
+                }
+            }
+        }
+    }
+}
