@@ -9,7 +9,8 @@ pub fn check_boot_invariants(s: &Settings) -> Result<(), ConfigError> {
     check_timing(s)?;
     check_pools(s)?;
     check_channels(s)?;
-    check_limits(s)
+    check_limits(s)?;
+    super::outbound::check_outbound(s)
 }
 
 fn fail(key: &str, rule: String) -> Result<(), ConfigError> {
