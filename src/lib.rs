@@ -11,6 +11,7 @@ pub mod harness;
 pub mod http;
 pub mod inbox;
 pub mod publish;
+pub mod outbound;
 pub mod readiness;
 pub mod redis;
 pub mod run;

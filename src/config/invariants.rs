@@ -10,7 +10,8 @@ pub fn check_boot_invariants(s: &Settings) -> Result<(), ConfigError> {
     check_pools(s)?;
     check_channels(s)?;
     check_limits(s)?;
-    check_publication(s)
+    check_publication(s)?;
+    super::outbound::check_outbound(s)
 }
 
 fn fail(key: &str, rule: String) -> Result<(), ConfigError> {

@@ -6,6 +6,7 @@
 //! so tests pass a map instead of touching the process environment.
 
 mod invariants;
+mod outbound;
 mod secret;
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 pub use cabine_actors::domain::{ChannelId, Ispb, PoolSize};
 pub use invariants::check_boot_invariants;
+pub use outbound::{
+    BreakerSettings, BucketChannelSettings, BucketSettings, DeadlineSettings, OutboundSettings, minutes_of_day,
+};
 pub use secret::Secret;
 
 /// The defaults, compiled in so the binary runs from any directory.
@@ -53,6 +57,7 @@ pub struct Settings {
     pub icom: IcomSettings,
     pub pools: PoolSettings,
     pub timing: TimingSettings,
+    pub outbound: OutboundSettings,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

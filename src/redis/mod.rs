@@ -2,6 +2,10 @@
 //! timeout, a bounded command queue and a reconnect policy with a capped delay,
 //! so an unreachable Redis fails calls fast (fail closed) instead of hanging.
 
+pub mod breaker;
+pub mod bucket;
+pub mod guard;
+
 use fred::prelude::*;
 
 use crate::config::RedisSettings;

@@ -5,11 +5,15 @@
 //! transient (retry with backoff, fail closed), lost (stop using the resource
 //! now), fatal (escalate).
 
+pub mod breaker;
 pub mod cluster;
 pub mod icom;
 pub mod inbox;
 pub mod lease;
+pub mod outbound;
+pub mod outbound_bus;
 pub mod publish;
+pub mod ratelimit;
 
 pub use cluster::{ClusterError, PodBeat, PodRegistry};
 pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};

@@ -1,0 +1,268 @@
+//! The Postgres [`OutboundStore`]: one table of outbound messages and one of
+//! their history (also the outbox of result events). Every change is one
+//! statement (`transition.rs`), so a row and its history never disagree.
+//! Ready rows are claimed with `FOR UPDATE SKIP LOCKED` and a claim token; the
+//! take query and the expiry both test the deadline under the row lock, so a
+//! row past its deadline is never claimed and a claimed row never expires.
+
+use std::time::Duration;
+
+use cabine_actors::ports::outbound::{
+    Batch, BatchSize, ClaimToken, ConfirmOutcome, ConfirmRef, Inserted, InvalidOutbound, NewOutbound, OutboundDetail,
+    OutboundError, OutboundStatus, OutboundStore, Page, Priority, QueueDepth, Recorded, Reprocessed, SendResult,
+    SpiVerdict,
+};
+use cabine_actors::ports::outbound_bus::ResultEvent;
+use deadpool_postgres::{GenericClient, Pool};
+use tokio_postgres::types::ToSql;
+
+use super::rows::{pg_error, pool_error};
+use super::transition::{CHANGE_COLUMNS, Change, transition_sql};
+use crate::config::{ChannelId, Ispb, Settings};
+
+mod queries;
+mod record;
+
+/// Retry and recovery policy, from `[timing]` and `[outbound]`.
+#[derive(Clone, Debug)]
+pub struct OutboundPolicy {
+    pub poison_attempts: u32,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    pub processing_timeout: Duration,
+    pub unconfirmed_after: Duration,
+    pub retry_after_default: Duration,
+}
+
+impl OutboundPolicy {
+    pub fn from_settings(s: &Settings) -> Self {
+        OutboundPolicy {
+            poison_attempts: s.timing.poison_attempts,
+            backoff_base: s.timing.backoff_base,
+            backoff_max: s.timing.backoff_max,
+            processing_timeout: s.timing.processing_timeout,
+            unconfirmed_after: s.outbound.unconfirmed_after,
+            retry_after_default: s.outbound.retry_after_default,
+        }
+    }
+}
+
+pub struct PgOutboundStore {
+    pool: Pool,
+    ispb: String,
+    policy: OutboundPolicy,
+}
+
+/// Inserts a row and its first history line (`$12`: the event); nothing on a conflict.
+const INSERT_SQL: &str = "WITH c AS (
+        INSERT INTO outbound (ispb, msg_id, ingress_ref, msg_type, channel, priority, deadline, status,
+                              end_to_end_ids, last_error, raw)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        ON CONFLICT DO NOTHING
+        RETURNING id, msg_id, ingress_ref, channel, status, attempts, resource_ids, last_error
+    ),
+    h AS (
+        INSERT INTO outbound_history (outbound_id, from_status, to_status, attempt, event, detail)
+        SELECT id, NULL, status, attempts, $12, last_error FROM c
+        RETURNING id, outbound_id, event, at, detail
+    )";
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl PgOutboundStore {
+    pub fn new(pool: Pool, ispb: &Ispb, policy: OutboundPolicy) -> Self {
+        PgOutboundStore { pool, ispb: ispb.to_string(), policy }
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, OutboundError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    /// Runs a statement shaped by [`transition_sql`] (or the insert) on a pooled connection.
+    async fn changes(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Change>, OutboundError> {
+        run_changes(&self.client().await?, sql, params).await
+    }
+
+    /// Inserts (valid or invalid); on a conflict, the existing row found by `key`.
+    async fn insert_row(
+        &self,
+        p: &[&(dyn ToSql + Sync)],
+        key: Option<(&'static str, &str)>,
+        raw: &[u8],
+    ) -> Result<Inserted, OutboundError> {
+        let sql = format!("{INSERT_SQL} SELECT {CHANGE_COLUMNS} FROM h JOIN c ON c.id = h.outbound_id");
+        if let Some(change) = self.changes(&sql, p).await?.pop() {
+            let event = change.event.ok_or_else(|| OutboundError::Fatal("an insert without its event".into()))?;
+            return Ok(Inserted::New { row: self.row_by_id(change.row_id).await?, event });
+        }
+        let (column, value) = key.ok_or_else(|| OutboundError::Fatal("conflict on a row without a key".into()))?;
+        self.duplicate(column, value, raw).await
+    }
+
+    fn poison(&self) -> i32 {
+        i32::try_from(self.policy.poison_attempts).unwrap_or(i32::MAX)
+    }
+}
+
+#[async_trait::async_trait]
+impl OutboundStore for PgOutboundStore {
+    async fn insert(&self, m: &NewOutbound) -> Result<Inserted, OutboundError> {
+        let (channel, rank) = (m.channel.as_str(), m.priority.rank());
+        let (status, event, no_error) = ("queued", "accepted", None::<&str>);
+        let raw: &[u8] = &m.raw;
+        let p: [&(dyn ToSql + Sync); 12] = [
+            &self.ispb,
+            &m.msg_id,
+            &m.ingress_ref,
+            &m.msg_type,
+            &channel,
+            &rank,
+            &m.deadline,
+            &status,
+            &m.end_to_end_ids,
+            &no_error,
+            &raw,
+            &event,
+        ];
+        let inserted = self.insert_row(&p, Some(("msg_id", &m.msg_id)), raw).await?;
+        count_insert(&inserted);
+        Ok(inserted)
+    }
+
+    async fn insert_invalid(&self, m: &InvalidOutbound) -> Result<Inserted, OutboundError> {
+        let channel = m.channel.map(ChannelId::as_str);
+        let (rank, now) = (Priority::Normal.rank(), std::time::SystemTime::now());
+        let (status, event, no_ids) = ("rejected_invalid", "rejected_invalid", Vec::<String>::new());
+        let reason = match &m.claimed_msg_id {
+            Some(id) => format!("{} (MsgId read: {id})", m.reason),
+            None => m.reason.clone(),
+        };
+        let raw: &[u8] = &m.raw;
+        let no_msg_id = None::<&str>;
+        let p: [&(dyn ToSql + Sync); 12] = [
+            &self.ispb,
+            &no_msg_id,
+            &m.ingress_ref,
+            &no_msg_id,
+            &channel,
+            &rank,
+            &now,
+            &status,
+            &no_ids,
+            &reason,
+            &raw,
+            &event,
+        ];
+        metrics::counter!("cabine_outbound_invalid_total").increment(1);
+        self.insert_row(&p, m.ingress_ref.as_deref().map(|r| ("ingress_ref", r)), raw).await
+    }
+
+    async fn take_ready(&self, channel: ChannelId, max: BatchSize) -> Result<Batch, OutboundError> {
+        let expired = self.expire(Some(channel), 100).await?;
+        let claim = ClaimToken(format!("{:016x}{:016x}", rand::random::<u64>(), rand::random::<u64>()));
+        let messages = self.claim_ready(channel, max, &claim).await?;
+        Ok(Batch { claim, channel, messages, expired })
+    }
+
+    async fn record(&self, claim: &ClaimToken, outcomes: &[(String, SendResult)]) -> Result<Recorded, OutboundError> {
+        self.record_outcomes(claim, outcomes).await
+    }
+
+    async fn expire_overdue(&self, max: u32) -> Result<Vec<ResultEvent>, OutboundError> {
+        self.expire(None, max).await
+    }
+
+    async fn recover_stale_claims(&self, max: u32) -> Result<Vec<ResultEvent>, OutboundError> {
+        let sql = transition_sql(
+            "SELECT id, status AS from_status, 'claim ' || claim || ' expired: its sender vanished' AS note
+             FROM outbound WHERE status = 'sending' AND ispb = $1
+               AND claimed_at < now() - $2::bigint * interval '1 millisecond'
+             ORDER BY claimed_at LIMIT $3 FOR UPDATE SKIP LOCKED",
+            &format!(
+                "attempts = attempts + 1, {}, claim = NULL, claimed_at = NULL, not_before = now(), last_error = prev.note",
+                retry_status("$4")
+            ),
+        );
+        let (timeout, limit, poison) = (millis(self.policy.processing_timeout), i64::from(max), self.poison());
+        let changes = self.changes(&sql, &[&self.ispb, &timeout, &limit, &poison]).await?;
+        metrics::counter!("cabine_outbound_claims_recovered_total").increment(changes.len() as u64);
+        Ok(changes.into_iter().filter_map(|c| c.event).collect())
+    }
+
+    async fn confirm(&self, reference: &ConfirmRef, verdict: &SpiVerdict) -> Result<ConfirmOutcome, OutboundError> {
+        self.apply_verdict(reference, verdict).await
+    }
+
+    async fn flag_unconfirmed(&self, max: u32) -> Result<Vec<String>, OutboundError> {
+        let sql = transition_sql(
+            "SELECT id, status AS from_status, 'no confirmation ' || ($2::bigint)::text || ' ms after sending' AS note
+             FROM outbound WHERE status = 'sent' AND unconfirmed_since IS NULL AND ispb = $1
+               AND sent_at < now() - $2::bigint * interval '1 millisecond'
+             ORDER BY sent_at LIMIT $3 FOR UPDATE SKIP LOCKED",
+            "unconfirmed_since = now()",
+        );
+        let (after, limit) = (millis(self.policy.unconfirmed_after), i64::from(max));
+        let changes = self.changes(&sql, &[&self.ispb, &after, &limit]).await?;
+        metrics::counter!("cabine_outbound_unconfirmed_total").increment(changes.len() as u64);
+        Ok(changes.into_iter().filter_map(|c| c.msg_id).collect())
+    }
+
+    async fn reprocess(&self, msg_id: &str) -> Result<Reprocessed, OutboundError> {
+        let sql = transition_sql(
+            "SELECT id, status AS from_status, 'reprocessed by an operator' AS note
+             FROM outbound WHERE msg_id = $1 AND ispb = $2 AND status IN ('dead', 'rejected') FOR UPDATE",
+            "status = 'queued', attempts_base = attempts, not_before = now(), last_error = NULL,
+             deadline = now() + GREATEST(deadline - created_at, interval '0')",
+        );
+        if let Some(event) = self.changes(&sql, &[&msg_id, &self.ispb]).await?.into_iter().find_map(|c| c.event) {
+            return Ok(Reprocessed::Queued(event));
+        }
+        Ok(match self.row_where("msg_id", msg_id).await? {
+            None => Reprocessed::NotFound,
+            Some(row) => Reprocessed::NotAllowed(row.status),
+        })
+    }
+
+    async fn get(&self, msg_id: &str) -> Result<Option<OutboundDetail>, OutboundError> {
+        self.detail(msg_id).await
+    }
+
+    async fn list(&self, status: OutboundStatus, after: Option<i64>, limit: u32) -> Result<Page, OutboundError> {
+        self.page(status, after, limit).await
+    }
+
+    async fn depth(&self) -> Result<QueueDepth, OutboundError> {
+        self.queue_depth().await
+    }
+}
+
+/// Runs a statement shaped by [`transition_sql`] and reads its changes.
+async fn run_changes<C: GenericClient>(
+    client: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Change>, OutboundError> {
+    let stmt = client.prepare_cached(sql).await.map_err(|e| pg_error(&e))?;
+    let rows = client.query(&stmt, params).await.map_err(|e| pg_error(&e))?;
+    rows.iter().map(|r| Change::from_row(r).map_err(OutboundError::Fatal)).collect()
+}
+
+/// The status after a failed (or vanished) attempt, `attempts` being the old value:
+/// dead once `poison` attempts were made since the last reprocess, timeout past
+/// the deadline, queued otherwise.
+fn retry_status(poison: &str) -> String {
+    format!(
+        "status = CASE WHEN attempts + 1 - attempts_base >= {poison}::int THEN 'dead' \
+         WHEN deadline <= now() THEN 'timeout' ELSE 'queued' END"
+    )
+}
+
+fn count_insert(inserted: &Inserted) {
+    let outcome = match inserted {
+        Inserted::New { .. } => "accepted",
+        Inserted::Duplicate { .. } => "duplicate",
+    };
+    metrics::counter!("cabine_outbound_inserts_total", "outcome" => outcome).increment(1);
+}

@@ -1,0 +1,180 @@
+//! Recording what happened to a claimed batch, and the SPI's verdicts.
+//!
+//! Outcomes other than `Sent` apply only while the row is still `sending`
+//! under the caller's claim: a claim recovered meanwhile makes them stale. A
+//! `Sent` applies to any `queued`/`sending` row, because a 201 is a fact: the
+//! message is stored at ICOM and must not be sent again.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use cabine_actors::ports::outbound::{
+    ClaimToken, ConfirmOutcome, ConfirmRef, OutboundError, Recorded, SendResult, SpiVerdict,
+};
+use deadpool_postgres::GenericClient;
+
+use super::{PgOutboundStore, millis, retry_status, run_changes};
+use crate::outbound::rows::{pg_error, pool_error};
+use crate::outbound::transition::{Change, transition_sql};
+
+/// The rows of claim `$4` named in `$1` (MsgIds), with `$2` as each one's note.
+const PICK_CLAIMED: &str = "SELECT o.id, o.status AS from_status, r.note AS note
+    FROM outbound o JOIN unnest($1::text[], $2::text[]) AS r(msg_id, note) ON o.msg_id = r.msg_id
+    WHERE o.ispb = $3 AND o.status = 'sending' AND o.claim = $4 FOR UPDATE OF o";
+
+/// Outcomes of one batch, grouped by what they do to a row.
+#[derive(Default)]
+struct Grouped {
+    sent: (Vec<String>, Vec<String>),
+    rejected: (Vec<String>, Vec<String>),
+    failed: (Vec<String>, Vec<String>),
+    /// 429 and not-sent: (MsgIds, notes, delays in ms).
+    waiting: (Vec<String>, Vec<String>, Vec<i64>),
+}
+
+impl Grouped {
+    fn of(outcomes: &[(String, SendResult)], default_wait: Duration) -> Grouped {
+        let mut g = Grouped::default();
+        for (msg_id, result) in outcomes {
+            let id = msg_id.clone();
+            match result {
+                SendResult::Sent { resource_id } => push(&mut g.sent, id, resource_id.clone()),
+                SendResult::Rejected { status, reason } => {
+                    push(&mut g.rejected, id, format!("HTTP {status}: {reason}"))
+                }
+                SendResult::Failed { reason } => push(&mut g.failed, id, reason.clone()),
+                SendResult::RateLimited { retry_after } => {
+                    let wait = retry_after.unwrap_or(default_wait);
+                    g.waiting.0.push(id);
+                    g.waiting.1.push(format!("HTTP 429: retry after {} ms", wait.as_millis()));
+                    g.waiting.2.push(millis(wait));
+                }
+                SendResult::NotSent { retry_after, reason } => {
+                    g.waiting.0.push(id);
+                    g.waiting.1.push(format!("not sent: {reason}"));
+                    g.waiting.2.push(millis(*retry_after));
+                }
+            }
+        }
+        g
+    }
+}
+
+fn push(pair: &mut (Vec<String>, Vec<String>), id: String, note: String) {
+    pair.0.push(id);
+    pair.1.push(note);
+}
+
+impl PgOutboundStore {
+    pub(super) async fn record_outcomes(
+        &self,
+        claim: &ClaimToken,
+        outcomes: &[(String, SendResult)],
+    ) -> Result<Recorded, OutboundError> {
+        let g = Grouped::of(outcomes, self.policy.retry_after_default);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
+        let mut changes = Vec::new();
+        if !g.sent.0.is_empty() {
+            let sql = transition_sql(
+                "SELECT o.id, o.status AS from_status, r.rid AS note
+                 FROM outbound o JOIN unnest($1::text[], $2::text[]) AS r(msg_id, rid) ON o.msg_id = r.msg_id
+                 WHERE o.ispb = $3 AND o.status IN ('queued', 'sending') FOR UPDATE OF o",
+                "status = 'sent', attempts = attempts + 1, resource_ids = resource_ids || prev.note, sent_at = now(),
+                 claim = NULL, claimed_at = NULL, last_error = NULL",
+            );
+            changes.extend(run_changes(&tx, &sql, &[&g.sent.0, &g.sent.1, &self.ispb]).await?);
+        }
+        if !g.rejected.0.is_empty() {
+            let sql = transition_sql(
+                PICK_CLAIMED,
+                "status = 'rejected', attempts = attempts + 1, claim = NULL, claimed_at = NULL, last_error = prev.note",
+            );
+            changes.extend(run_changes(&tx, &sql, &[&g.rejected.0, &g.rejected.1, &self.ispb, &claim.0]).await?);
+        }
+        if !g.failed.0.is_empty() {
+            changes.extend(self.record_failed(&tx, claim, &g.failed).await?);
+        }
+        if !g.waiting.0.is_empty() {
+            let sql = transition_sql(
+                "SELECT o.id, o.status AS from_status, r.note AS note, r.wait_ms AS wait_ms
+                 FROM outbound o JOIN unnest($1::text[], $2::text[], $5::bigint[]) AS r(msg_id, note, wait_ms)
+                   ON o.msg_id = r.msg_id
+                 WHERE o.ispb = $3 AND o.status = 'sending' AND o.claim = $4 FOR UPDATE OF o",
+                "status = CASE WHEN deadline <= now() THEN 'timeout' ELSE 'queued' END, claim = NULL, claimed_at = NULL,
+                 not_before = now() + prev.wait_ms * interval '1 millisecond', last_error = prev.note",
+            );
+            let (ids, notes, waits) = &g.waiting;
+            changes.extend(run_changes(&tx, &sql, &[ids, notes, &self.ispb, &claim.0, waits]).await?);
+        }
+        tx.commit().await.map_err(|e| pg_error(&e))?;
+        Ok(recorded(outcomes, changes))
+    }
+
+    /// 5xx / timeout / transport: an attempt; backoff with full jitter
+    /// (`random() x min(max, base x 2^n)`), dead after `poison_attempts`.
+    async fn record_failed<C: GenericClient>(
+        &self,
+        tx: &C,
+        claim: &ClaimToken,
+        failed: &(Vec<String>, Vec<String>),
+    ) -> Result<Vec<Change>, OutboundError> {
+        let set = format!(
+            "attempts = attempts + 1, {}, claim = NULL, claimed_at = NULL, last_error = prev.note,
+             not_before = now() + random() * LEAST($6::float8, $5::float8 * power(2, LEAST(attempts - attempts_base, 30)))
+                                 * interval '1 millisecond'",
+            retry_status("$7")
+        );
+        let sql = transition_sql(PICK_CLAIMED, &set);
+        let (base, max) = (millis(self.policy.backoff_base) as f64, millis(self.policy.backoff_max) as f64);
+        let poison = self.poison();
+        run_changes(tx, &sql, &[&failed.0, &failed.1, &self.ispb, &claim.0, &base, &max, &poison]).await
+    }
+
+    pub(super) async fn apply_verdict(
+        &self,
+        reference: &ConfirmRef,
+        verdict: &SpiVerdict,
+    ) -> Result<ConfirmOutcome, OutboundError> {
+        let (matches, key) = match reference {
+            ConfirmRef::MsgId(m) => ("msg_id = $1", m),
+            ConfirmRef::EndToEndId(e) => ("end_to_end_ids @> ARRAY[$1::text]", e),
+        };
+        let (status, note) = match verdict {
+            SpiVerdict::Confirmed => ("confirmed", None),
+            SpiVerdict::Rejected { reason } => ("rejected_by_spi", Some(reason.as_str())),
+        };
+        let sql = transition_sql(
+            &format!(
+                "SELECT id, status AS from_status, $3::text AS note FROM outbound
+                 WHERE {matches} AND ispb = $2
+                   AND status NOT IN ('confirmed', 'rejected_by_spi', 'rejected_invalid') FOR UPDATE"
+            ),
+            "status = $4, confirmed_at = now(), claim = NULL, claimed_at = NULL, last_error = prev.note",
+        );
+        let changes = self.changes(&sql, &[key, &self.ispb, &note, &status]).await?;
+        if let Some(event) = changes.into_iter().find_map(|c| c.event) {
+            metrics::counter!("cabine_outbound_verdicts_total", "status" => status).increment(1);
+            return Ok(ConfirmOutcome::Applied(event));
+        }
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let sql = format!("SELECT status FROM outbound WHERE {matches} AND ispb = $2 LIMIT 1");
+        let found = client.query_opt(&sql, &[key, &self.ispb]).await.map_err(|e| pg_error(&e))?;
+        match found {
+            None => Ok(ConfirmOutcome::Unknown),
+            Some(r) => Ok(ConfirmOutcome::AlreadyFinal(r.get::<_, String>(0).parse().map_err(OutboundError::Fatal)?)),
+        }
+    }
+}
+
+/// Events of the changes, and the MsgIds that changed nothing (stale claim).
+fn recorded(outcomes: &[(String, SendResult)], changes: Vec<Change>) -> Recorded {
+    let changed: HashSet<&str> = changes.iter().filter_map(|c| c.msg_id.as_deref()).collect();
+    let stale: Vec<String> =
+        outcomes.iter().map(|(m, _)| m).filter(|m| !changed.contains(m.as_str())).cloned().collect();
+    if !stale.is_empty() {
+        metrics::counter!("cabine_outbound_stale_outcomes_total").increment(stale.len() as u64);
+    }
+    let events = changes.into_iter().filter_map(|c| c.event).collect();
+    Recorded { events, stale }
+}
