@@ -3,11 +3,29 @@
 //! Architecture invariant: this crate opens no sockets and depends on no
 //! client library (fred, tokio-postgres, async-nats, reqwest). Everything that
 //! touches the world is behind a port trait in [`ports`], implemented in the
-//! `cabine` crate and by in-memory fakes in tests.
+//! `cabine` crate and by in-memory fakes in [`testkit`] (feature `testkit`).
+//!
+//! The wiring's entry point is [`Tree::start`] with a [`TreeConfig`] and the
+//! [`Ports`]; see [`tree`].
 #![forbid(unsafe_code)]
 
+pub mod backoff;
+pub mod board;
+pub mod config;
 pub mod domain;
+pub mod fair;
+pub mod ledger;
+pub mod metrics;
 pub mod ports;
+pub mod slot;
 pub mod status;
+pub mod supervision;
+pub mod task;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
+pub mod tree;
 
+pub use board::StatusBoard;
+pub use config::{PollMode, Ports, RestartPolicy, TreeConfig, TreeTiming};
 pub use status::ActorStatus;
+pub use tree::{DrainReport, RestartError, Tree, TreeError, TreeExit};

@@ -1,7 +1,11 @@
 //! The cluster port: pod heartbeat keys (TTL 3 × beat) from which every pod
 //! learns which pods are alive, for fair share and `/cluster`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+
+use crate::domain::ChannelId;
 
 /// What a pod says about itself on every beat.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,6 +16,10 @@ pub struct PodBeat {
     pub uptime_s: u64,
     /// Slots it holds, as `pool/slot` strings (`cpm:stream/3`).
     pub held: Vec<String>,
+    /// Stream pool size per enabled channel: a draining pod closes a stream
+    /// only when no other live pod runs that slot (alone, or the pool shrank).
+    #[serde(default)]
+    pub streams: BTreeMap<ChannelId, u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

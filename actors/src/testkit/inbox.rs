@@ -1,0 +1,164 @@
+//! In-memory inbox with the Postgres design's rules: `claim` takes the next
+//! fence of the slot's cursor row (created at 0), every `commit` and
+//! `store_cursor` fails with `FenceLost` unless the fence is still the row's,
+//! rows are unique per (channel, resource id) and a commit is all or nothing.
+//! A commit delay makes "abort while persisting" observable.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::domain::{ChannelId, SlotId};
+use crate::ports::{Claim, CommitSummary, CommittedRow, InboundMessage, InboxError, InboxStore};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CursorRow {
+    pub fence: i64,
+    pub pull_next: Option<String>,
+    pub holder: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct InboxRow {
+    pub id: i64,
+    pub slot: SlotId,
+    pub fence: i64,
+    pub message: InboundMessage,
+    pub committed_at: Instant,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct InboxAudit {
+    pub claims: u64,
+    pub commits: u64,
+    /// Commits and cursor writes refused for a stale fence.
+    pub fence_rejections: u64,
+    /// Messages of committed batches that were already in the inbox.
+    pub duplicates: u64,
+}
+
+#[derive(Default)]
+struct Table {
+    cursors: HashMap<SlotId, CursorRow>,
+    rows: Vec<InboxRow>,
+    keys: HashSet<(ChannelId, String)>,
+    audit: InboxAudit,
+    fail_commits: usize,
+    fatal_claims: bool,
+    commit_delay: Duration,
+}
+
+#[derive(Default)]
+pub struct FakeInbox {
+    table: Mutex<Table>,
+}
+
+impl FakeInbox {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_commit_delay(&self, delay: Duration) {
+        self.lock().commit_delay = delay;
+    }
+
+    /// The next `n` commits fail as if Postgres were unreachable.
+    pub fn fail_next_commits(&self, n: usize) {
+        self.lock().fail_commits = n;
+    }
+
+    /// Every claim fails with `Fatal` (a broken schema).
+    pub fn set_fatal_claims(&self, fatal: bool) {
+        self.lock().fatal_claims = fatal;
+    }
+
+    pub fn rows(&self) -> Vec<InboxRow> {
+        self.lock().rows.clone()
+    }
+
+    pub fn contains(&self, channel: ChannelId, resource_id: &str) -> bool {
+        self.lock().keys.contains(&(channel, resource_id.to_owned()))
+    }
+
+    pub fn cursor(&self, slot: SlotId) -> Option<CursorRow> {
+        self.lock().cursors.get(&slot).cloned()
+    }
+
+    pub fn audit(&self) -> InboxAudit {
+        self.lock().audit.clone()
+    }
+
+    fn check_fence(t: &mut Table, slot: SlotId, fence: i64) -> Result<(), InboxError> {
+        let current = t.cursors.get(&slot).map_or(0, |c| c.fence);
+        if current != fence {
+            t.audit.fence_rejections += 1;
+            return Err(InboxError::FenceLost { ours: fence, current });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl InboxStore for FakeInbox {
+    async fn claim(&self, slot: SlotId, holder: &str) -> Result<Claim, InboxError> {
+        let mut t = self.lock();
+        if t.fatal_claims {
+            return Err(InboxError::Fatal("relation \"slot_cursor\" does not exist".into()));
+        }
+        t.audit.claims += 1;
+        let row = t.cursors.entry(slot).or_insert(CursorRow { fence: 0, pull_next: None, holder: String::new() });
+        row.fence += 1;
+        row.holder = holder.to_owned();
+        Ok(Claim { fence: row.fence, pull_next: row.pull_next.clone() })
+    }
+
+    async fn commit(
+        &self,
+        slot: SlotId,
+        fence: i64,
+        batch: &[InboundMessage],
+        pull_next: &str,
+    ) -> Result<CommitSummary, InboxError> {
+        let delay = self.lock().commit_delay;
+        tokio::time::sleep(delay).await;
+        let mut t = self.lock();
+        if t.fail_commits > 0 {
+            t.fail_commits -= 1;
+            return Err(InboxError::Unavailable("fake inbox down".into()));
+        }
+        Self::check_fence(&mut t, slot, fence)?;
+        let mut summary = CommitSummary::default();
+        for message in batch {
+            if !t.keys.insert((slot.channel, message.resource_id.clone())) {
+                summary.duplicates += 1;
+                continue;
+            }
+            let id = t.rows.len() as i64 + 1;
+            let row = InboxRow { id, slot, fence, message: message.clone(), committed_at: Instant::now() };
+            t.rows.push(row);
+            summary.malformed += usize::from(message.malformed.is_some());
+            summary.inserted.push(CommittedRow { id, message: message.clone() });
+        }
+        t.audit.commits += 1;
+        t.audit.duplicates += summary.duplicates as u64;
+        if let Some(c) = t.cursors.get_mut(&slot) {
+            c.pull_next = Some(pull_next.to_owned());
+        }
+        Ok(summary)
+    }
+
+    async fn store_cursor(&self, slot: SlotId, fence: i64, pull_next: Option<&str>) -> Result<(), InboxError> {
+        let mut t = self.lock();
+        Self::check_fence(&mut t, slot, fence)?;
+        if let Some(c) = t.cursors.get_mut(&slot) {
+            c.pull_next = pull_next.map(str::to_owned);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,78 @@
+//! The pod's drain (SIGTERM), run by Root in a spawned task within
+//! `drain_time`: leave the pod registry first (so other pods' fair share grows
+//! and they take the slots), release the leader lease, then every slot hands
+//! over — or closes its stream when no other live pod runs that slot. Whatever
+//! has not finished by the deadline is released by force.
+
+use ractor::ActorRef;
+use ractor::rpc::CallResult;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::DrainReport;
+use super::channel::ChannelMsg;
+use super::context::TreeContext;
+use super::heartbeat::HeartbeatMsg;
+use super::leader::LeaderMsg;
+use super::root::tally;
+use crate::ports::PodBeat;
+
+/// Time for a channel's answer to arrive after the slots' deadline.
+const SLACK: std::time::Duration = std::time::Duration::from_millis(200);
+
+pub async fn run(
+    ctx: TreeContext,
+    heartbeat: Option<ActorRef<HeartbeatMsg>>,
+    leader: Option<ActorRef<LeaderMsg>>,
+    channels: Vec<ActorRef<ChannelMsg>>,
+) -> DrainReport {
+    let started = Instant::now();
+    let deadline = started + ctx.config.timing.drain_time;
+    let left = || Some(deadline.saturating_duration_since(Instant::now()));
+    let others = leave(&ctx, heartbeat, left()).await;
+    let leader_done = async {
+        if let Some(leader) = leader {
+            let _ = leader.call(LeaderMsg::Drain, left()).await;
+        }
+    };
+    let slots_done = async {
+        let mut calls = JoinSet::new();
+        for ch in channels {
+            // The channel answers by the deadline with what its slots said; a little slack for the answer.
+            let (others, budget) = (others.clone(), left().map(|d| d + SLACK));
+            calls.spawn(async move { ch.call(|reply| ChannelMsg::Drain { others, deadline, reply }, budget).await });
+        }
+        let mut outcomes = Vec::new();
+        while let Some(answer) = calls.join_next().await {
+            if let Ok(Ok(CallResult::Success(o))) = answer {
+                outcomes.extend(o);
+            }
+        }
+        outcomes
+    };
+    let ((), outcomes) = tokio::join!(leader_done, slots_done);
+    let mut report = DrainReport::default();
+    tally(&mut report, &outcomes);
+    let expected = ctx.config.channels.len() * usize::from(ctx.config.stream_pool.get());
+    report.unanswered = expected.saturating_sub(outcomes.len());
+    let leftovers = ctx.ledger.take_owned(|_| true);
+    report.forced = leftovers.len();
+    ctx.release(leftovers).await;
+    report.took_ms = started.elapsed().as_millis() as u64;
+    report
+}
+
+/// Stops the heartbeat's beats and removes this pod's key; the other live pods.
+async fn leave(
+    ctx: &TreeContext,
+    heartbeat: Option<ActorRef<HeartbeatMsg>>,
+    budget: Option<std::time::Duration>,
+) -> Vec<PodBeat> {
+    if let Some(hb) = heartbeat
+        && let Ok(CallResult::Success(others)) = hb.call(HeartbeatMsg::Leave, budget).await
+    {
+        return others;
+    }
+    let _ = ctx.ports.pods.leave(&ctx.config.pod_id).await;
+    ctx.view.pods().unwrap_or_default().into_iter().filter(|p| p.pod_id != ctx.config.pod_id).collect()
+}
