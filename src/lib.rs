@@ -9,6 +9,7 @@ pub mod config;
 pub mod db;
 pub mod harness;
 pub mod http;
+pub mod icom;
 pub mod readiness;
 pub mod redis;
 pub mod run;

@@ -1,0 +1,3 @@
+//! Test support shared by the ICOM client tests.
+
+pub mod raw_http;
