@@ -16,7 +16,7 @@ use cabine_actors::ports::{CloseOutcome, IcomStream, PollOutcome};
 use super::endpoint::IcomEndpoint;
 use super::gzip;
 use super::headers::{self, RequestBody};
-use super::limits::WireError;
+use super::limits::{WireError, WireLimits};
 use super::multipart::{self, Part};
 use super::outcome::{self, Reply, SendOutcome, StreamOp};
 
@@ -77,21 +77,7 @@ impl IcomClient {
     /// gzipped XML body for one message, a gzipped `multipart/mixed` for more.
     /// `Err` means the batch itself is unusable and nothing was sent.
     pub async fn send(&mut self, batch: &[Bytes]) -> Result<SendOutcome, WireError> {
-        let limits = &self.endpoint.settings.limits;
-        if batch.is_empty() || batch.len() > limits.max_parts {
-            return Err(WireError::BatchSize { len: batch.len(), max: limits.max_parts }.counted());
-        }
-        let (body, boundary) = match batch {
-            [single] if single.len() > limits.max_body_bytes => {
-                return Err(WireError::BodyTooLarge { max: limits.max_body_bytes }.counted());
-            }
-            [single] => (gzip::compress(single)?, None),
-            many => {
-                let parts: Vec<Part> = many.iter().cloned().map(Part::xml).collect();
-                let (boundary, body) = multipart::build_fresh(&parts, limits)?;
-                (gzip::compress(&body)?, Some(boundary))
-            }
-        };
+        let (body, boundary) = send_body(batch, &self.endpoint.settings.limits)?;
         let kind = boundary.as_deref().map_or(RequestBody::GzipXml, RequestBody::GzipMultipart);
         let started = Instant::now();
         let url = self.endpoint.send_url();
@@ -152,6 +138,24 @@ impl IcomClient {
     }
 }
 
+/// The gzipped body of a send and its multipart boundary (`None`: one XML message).
+fn send_body(batch: &[Bytes], limits: &WireLimits) -> Result<(Vec<u8>, Option<String>), WireError> {
+    if batch.is_empty() || batch.len() > limits.max_parts {
+        return Err(WireError::BatchSize { len: batch.len(), max: limits.max_parts }.counted());
+    }
+    match batch {
+        [single] if single.len() > limits.max_body_bytes => {
+            Err(WireError::BodyTooLarge { max: limits.max_body_bytes }.counted())
+        }
+        [single] => Ok((gzip::compress(single)?, None)),
+        many => {
+            let parts: Vec<Part> = many.iter().cloned().map(Part::xml).collect();
+            let (boundary, body) = multipart::build_fresh(&parts, limits)?;
+            Ok((gzip::compress(&body)?, Some(boundary)))
+        }
+    }
+}
+
 /// Describes the ICOM metrics (idempotent; values are recorded without it too).
 pub fn describe_metrics() {
     metrics::describe_counter!("cabine_icom_requests_total", "ICOM requests by channel, operation and outcome.");
@@ -160,7 +164,10 @@ pub fn describe_metrics() {
         metrics::Unit::Seconds,
         "ICOM request latency, whole response read, by channel and operation."
     );
-    metrics::describe_counter!("cabine_icom_wire_limit_total", "ICOM bodies refused for breaking a wire limit, by limit.");
+    metrics::describe_counter!(
+        "cabine_icom_wire_limit_total",
+        "ICOM bodies refused for breaking a wire limit, by limit."
+    );
 }
 
 /// Reads the body, refusing (before reading) a declared length over `cap` and
