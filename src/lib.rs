@@ -12,6 +12,7 @@ pub mod http;
 pub mod inbox;
 pub mod publish;
 pub mod outbound;
+pub mod icom;
 pub mod readiness;
 pub mod redis;
 pub mod run;

@@ -1,7 +1,10 @@
-//! Shared by the inbound-data tests: an isolated schema (dropped at the end,
-//! even when the test fails), isolated JetStream streams, inbound messages that
-//! look like ICOM's, and a private nats-server that a test may kill.
+//! Shared by the integration tests: a raw HTTP server (ICOM client tests), an
+//! isolated schema (dropped at the end, even when the test fails), isolated
+//! JetStream streams, inbound messages that look like ICOM's, and a private
+//! nats-server that a test may kill.
 #![allow(dead_code)]
+
+pub mod raw_http;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
