@@ -143,7 +143,7 @@ impl InboxStore for FakeInbox {
             let row = InboxRow { id, slot, fence, message: message.clone(), committed_at: Instant::now() };
             t.rows.push(row);
             summary.malformed += usize::from(message.malformed.is_some());
-            summary.inserted.push(CommittedRow { id, message: message.clone() });
+            summary.inserted.push(CommittedRow { id, slot, message: message.clone() });
         }
         t.audit.commits += 1;
         t.audit.duplicates += summary.duplicates as u64;
