@@ -12,6 +12,7 @@ pub mod http;
 pub mod readiness;
 pub mod redis;
 pub mod run;
+pub mod sim;
 pub mod telemetry;
 
 /// This build's version (Cargo.toml).
