@@ -26,4 +26,6 @@ pub enum Command {
     Migrate,
     /// Print the effective configuration (secrets redacted); exit 64 if it is unusable.
     CheckConfig,
+    /// Run the ICOM simulator (the Central Bank) until SIGTERM / Ctrl-C.
+    Sim(Box<crate::sim::SimArgs>),
 }

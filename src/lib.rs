@@ -16,6 +16,7 @@ pub mod publish;
 pub mod readiness;
 pub mod redis;
 pub mod run;
+pub mod sim;
 pub mod telemetry;
 
 /// This build's version (Cargo.toml).

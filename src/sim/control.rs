@@ -1,0 +1,276 @@
+//! The control API (its own listener, JSON): inject messages, set faults, reset,
+//! and read the audit, the ledger of acknowledged ResourceIds and the log of
+//! messages received. Tests, benchmarks and demos drive the simulator here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use cabine_actors::domain::ChannelId;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::audit::OutboundRecord;
+use super::faults::FaultPatch;
+use super::generator::Draft;
+use super::lane::Lane;
+use super::state::Shared;
+use super::streams::Message;
+
+/// Most messages one inject call may create.
+pub const MAX_INJECT: usize = 100_000;
+/// Largest page of the ledger / the outbound log.
+const MAX_PAGE: usize = 100_000;
+
+#[derive(Clone)]
+pub struct ControlState {
+    pub shared: Arc<Shared>,
+    pub cancel: CancellationToken,
+}
+
+pub fn router(state: ControlState) -> Router {
+    Router::new()
+        .route("/sim/inject", post(inject))
+        .route("/sim/faults", get(faults).post(set_faults))
+        .route("/sim/reset", post(reset))
+        .route("/sim/audit", get(audit))
+        .route("/sim/ledger", get(ledger))
+        .route("/sim/outbound", get(outbound))
+        .with_state(state)
+}
+
+/// A control request that cannot be served; the body is `{"error": "..."}`.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("ISPB {0:?} is not simulated")]
+    UnknownParticipant(String),
+    #[error("the queue holds at most {0} messages")]
+    QueueFull(usize),
+}
+
+impl IntoResponse for ControlError {
+    fn into_response(self) -> Response {
+        let status = match self {
+            ControlError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ControlError::UnknownParticipant(_) => StatusCode::NOT_FOUND,
+            ControlError::QueueFull(_) => StatusCode::INSUFFICIENT_STORAGE,
+        };
+        (status, Json(json!({ "error": self.to_string() }))).into_response()
+    }
+}
+
+/// `cpm`/`primary` or `csm`/`secondary` (default: primary).
+fn channel_of(name: Option<&str>) -> Result<ChannelId, ControlError> {
+    match name.unwrap_or("cpm") {
+        "cpm" | "primary" => Ok(ChannelId::Cpm),
+        "csm" | "secondary" => Ok(ChannelId::Csm),
+        other => Err(ControlError::BadRequest(format!("unknown channel {other:?} (cpm or csm)"))),
+    }
+}
+
+fn lane_of<'a>(shared: &'a Shared, ispb: Option<&str>, channel: Option<&str>) -> Result<&'a Arc<Lane>, ControlError> {
+    let channel = channel_of(channel)?;
+    let ispb = ispb.unwrap_or_else(|| shared.cfg.ispbs.first().map(|i| i.as_str()).unwrap_or(""));
+    shared.lane(ispb, channel).ok_or_else(|| ControlError::UnknownParticipant(ispb.to_owned()))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InjectKind {
+    Pacs008,
+    Pacs002,
+    Malformed,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InjectRequest {
+    pub ispb: Option<String>,
+    pub channel: Option<String>,
+    #[serde(default = "one")]
+    pub count: usize,
+    #[serde(default = "pacs008")]
+    pub kind: InjectKind,
+    pub rate_per_s: Option<f64>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn pacs008() -> InjectKind {
+    InjectKind::Pacs008
+}
+
+#[derive(Debug, Serialize)]
+struct Injected {
+    /// PI-ResourceIds, in queue order.
+    ids: Vec<String>,
+    /// BizMsgIdr of each message (null for a malformed one).
+    msg_ids: Vec<Option<String>>,
+}
+
+async fn inject(State(state): State<ControlState>, Json(req): Json<InjectRequest>) -> Result<Response, ControlError> {
+    let shared = &state.shared;
+    let lane = lane_of(shared, req.ispb.as_deref(), req.channel.as_deref())?.clone();
+    if req.count == 0 || req.count > MAX_INJECT {
+        return Err(ControlError::BadRequest(format!("count must be within 1..={MAX_INJECT}")));
+    }
+    if req.rate_per_s.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        return Err(ControlError::BadRequest("rate_per_s must be a positive number".to_owned()));
+    }
+    if lane.queued() + req.count > shared.cfg.max_queue {
+        return Err(ControlError::QueueFull(shared.cfg.max_queue));
+    }
+    let now = shared.now();
+    let drafts: Vec<Draft> = {
+        let mut generator = shared.generator();
+        (0..req.count)
+            .map(|_| match req.kind {
+                InjectKind::Pacs008 => generator.credit_transfer(&lane.ispb, now),
+                InjectKind::Pacs002 => generator.status_report(&lane.ispb, now),
+                InjectKind::Malformed => generator.malformed(&lane.ispb, now, &shared.templates),
+            })
+            .collect()
+    };
+    let msg_ids = drafts.iter().map(|d| d.msg_id().map(str::to_owned)).collect();
+    let messages: Vec<Message> = drafts.into_iter().map(|d| Message::new(shared.next_resource_id(), d)).collect();
+    let ids = messages.iter().map(|m| m.resource_id.to_string()).collect();
+    match req.rate_per_s {
+        None => {
+            lane.counters.injected.add(messages.len() as u64);
+            lane.enqueue(messages);
+        }
+        Some(rate) => {
+            tokio::spawn(pace(lane, messages, rate, state.cancel.clone()));
+        }
+    }
+    Ok(Json(Injected { ids, msg_ids }).into_response())
+}
+
+/// Enqueues `messages` at `rate` per second, in 10 ms steps.
+async fn pace(lane: Arc<Lane>, messages: Vec<Message>, rate: f64, cancel: CancellationToken) {
+    let started = tokio::time::Instant::now();
+    let mut rest = messages.into_iter();
+    let mut sent = 0usize;
+    let total = rest.len();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    while sent < total {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let due = ((started.elapsed().as_secs_f64() * rate).floor() as usize).clamp(1, total);
+        if due > sent {
+            let batch: Vec<Message> = rest.by_ref().take(due - sent).collect();
+            lane.counters.injected.add(batch.len() as u64);
+            sent += batch.len();
+            lane.enqueue(batch);
+        }
+    }
+}
+
+async fn faults(State(state): State<ControlState>) -> Response {
+    let shared = &state.shared;
+    Json(json!({ "cpm": shared.faults(ChannelId::Cpm), "csm": shared.faults(ChannelId::Csm) })).into_response()
+}
+
+async fn set_faults(
+    State(state): State<ControlState>,
+    Json(patch): Json<FaultPatch>,
+) -> Result<Response, ControlError> {
+    let channels = match patch.channel.as_deref() {
+        None => vec![ChannelId::Cpm, ChannelId::Csm],
+        Some(name) => vec![channel_of(Some(name))?],
+    };
+    state.shared.update_faults(&channels, &patch).map_err(ControlError::BadRequest)?;
+    Ok(faults(State(state)).await)
+}
+
+async fn reset(State(state): State<ControlState>) -> Response {
+    state.shared.reset();
+    Json(json!({ "reset": true })).into_response()
+}
+
+#[derive(Serialize)]
+struct AuditReport {
+    seed: u64,
+    lanes: Vec<super::audit::LaneAudit>,
+}
+
+async fn audit(State(state): State<ControlState>) -> Response {
+    Json(AuditReport { seed: state.shared.seed, lanes: state.shared.audit() }).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct PageQuery {
+    ispb: Option<String>,
+    channel: Option<String>,
+    #[serde(default)]
+    since: u64,
+    limit: Option<usize>,
+    #[serde(default)]
+    body: bool,
+}
+
+impl PageQuery {
+    fn channel(&self) -> Result<Option<&'static str>, ControlError> {
+        self.channel.as_deref().map(|c| channel_of(Some(c)).map(ChannelId::as_str)).transpose()
+    }
+
+    fn keeps(&self, ispb: &str, channel: &str, wanted: Option<&str>) -> bool {
+        self.ispb.as_deref().is_none_or(|i| i == ispb) && wanted.is_none_or(|c| c == channel)
+    }
+}
+
+async fn ledger(State(state): State<ControlState>, Query(q): Query<PageQuery>) -> Result<Response, ControlError> {
+    let channel = q.channel()?;
+    let limit = q.limit.unwrap_or(10_000).clamp(1, MAX_PAGE);
+    let page =
+        state
+            .shared
+            .ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .page(q.since, limit, |e| q.keeps(&e.ispb, e.channel, channel));
+    Ok(Json(page).into_response())
+}
+
+#[derive(Serialize)]
+struct OutboundWithBody {
+    #[serde(flatten)]
+    record: OutboundRecord,
+    body: String,
+}
+
+async fn outbound(State(state): State<ControlState>, Query(q): Query<PageQuery>) -> Result<Response, ControlError> {
+    let channel = q.channel()?;
+    let limit = q.limit.unwrap_or(1_000).clamp(1, MAX_PAGE);
+    let page =
+        state
+            .shared
+            .outbound
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .page(q.since, limit, |r| q.keeps(&r.ispb, r.channel, channel));
+    if !q.body {
+        return Ok(Json(page).into_response());
+    }
+    let entries: Vec<OutboundWithBody> = page
+        .entries
+        .into_iter()
+        .map(|record| {
+            let body = String::from_utf8_lossy(&record.body).into_owned();
+            OutboundWithBody { record, body }
+        })
+        .collect();
+    Ok(Json(json!({ "entries": entries, "next_since": page.next_since, "oldest_seq": page.oldest_seq }))
+        .into_response())
+}

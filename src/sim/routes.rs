@@ -1,0 +1,332 @@
+//! The ICOM endpoints of one channel's listener, request by request: route,
+//! authorisation (configured ISPB, client certificate CN), the in-flight cap,
+//! faults, the header whitelist and the Host rule, then streams or sends.
+//! Stream responses are framed here (multipart/mixed or one message, gzip).
+
+use std::io::Write;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use cabine_actors::domain::ChannelId;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use tokio::sync::Notify;
+
+use super::faults::FaultAction;
+use super::headers::{self, HostCheck};
+use super::lane::{Lane, ReadOutcome, ReadRules};
+use super::problem::{self, Problem};
+use super::sends;
+use super::state::Shared;
+use super::streams::Message;
+
+/// What one TCP connection knows about itself.
+pub struct ConnCtx {
+    pub shared: Arc<Shared>,
+    pub channel: ChannelId,
+    /// Subject CN of the client certificate (mTLS).
+    pub peer_cn: Option<String>,
+    /// The lane the connection is counted against (set once: at accept, or at its first request).
+    lane: OnceLock<Arc<Lane>>,
+    /// Signalled by a reset fault: the connection task drops the socket with an RST.
+    pub reset: Notify,
+}
+
+impl ConnCtx {
+    pub fn new(shared: Arc<Shared>, channel: ChannelId, peer_cn: Option<String>) -> Self {
+        ConnCtx { shared, channel, peer_cn, lane: OnceLock::new(), reset: Notify::new() }
+    }
+
+    /// Counts this connection against `lane`, once.
+    pub fn attribute(&self, lane: &Arc<Lane>) {
+        if self.lane.set(lane.clone()).is_ok() {
+            lane.counters.tcp_connections.enter();
+        }
+    }
+
+    /// The connection ended.
+    pub fn closed(&self) {
+        if let Some(lane) = self.lane.get() {
+            lane.counters.tcp_connections.leave();
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Endpoint<'a> {
+    Start,
+    Pull(&'a str),
+    Send,
+}
+
+/// `(ispb, endpoint)` of an ICOM path.
+fn route(path: &str) -> Option<(&str, Endpoint<'_>)> {
+    let rest = path.strip_prefix("/api/v1/")?;
+    if let Some(out) = rest.strip_prefix("out/") {
+        let (ispb, tail) = out.split_once('/')?;
+        let token = tail.strip_prefix("stream/")?;
+        if token.is_empty() || token.contains('/') {
+            return None;
+        }
+        return Some((ispb, if token == "start" { Endpoint::Start } else { Endpoint::Pull(token) }));
+    }
+    let (ispb, tail) = rest.strip_prefix("in/")?.split_once('/')?;
+    (tail == "msgs").then_some((ispb, Endpoint::Send))
+}
+
+/// Counts a request in flight on its lane until dropped.
+struct InFlight<'a> {
+    lane: &'a Lane,
+    send: bool,
+}
+
+impl<'a> InFlight<'a> {
+    /// Enters and returns the count the cap applies to.
+    fn enter(lane: &'a Lane, send: bool, separate: bool) -> (Self, u64) {
+        let total = lane.counters.in_flight.enter();
+        let own = if send { lane.counters.in_flight_sends.enter() } else { lane.counters.in_flight_streams.enter() };
+        (InFlight { lane, send }, if separate { own } else { total })
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.lane.counters.in_flight.leave();
+        if self.send {
+            self.lane.counters.in_flight_sends.leave()
+        } else {
+            self.lane.counters.in_flight_streams.leave()
+        }
+    }
+}
+
+/// The service of an ICOM listener.
+pub async fn handle(req: Request<Incoming>, ctx: Arc<ConnCtx>) -> Response<Full<Bytes>> {
+    let shared = ctx.shared.clone();
+    let close = shared.faults(ctx.channel).close_after_response;
+    let mut response = dispatch(req, &ctx, &shared).await;
+    if close {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    let Some((ispb, endpoint)) = route(&path) else {
+        return problem::respond(StatusCode::NOT_FOUND, Problem::NotFound, &format!("no ICOM endpoint at {path}"));
+    };
+    let Some(lane) = shared.lane(ispb, ctx.channel) else {
+        return problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, &format!("ISPB {ispb} is not served here"));
+    };
+    if shared.tls && ctx.peer_cn.as_deref() != Some(ispb) {
+        let detail = format!("the client certificate ({:?}) does not belong to ISPB {ispb}", ctx.peer_cn);
+        return problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, &detail);
+    }
+    ctx.attribute(lane);
+    let (_in_flight, count) = InFlight::enter(lane, endpoint == Endpoint::Send, shared.cfg.sends_counted_separately);
+    if count > shared.cfg.max_in_flight as u64 {
+        lane.counters.rejected_in_flight.add(1);
+        let status = shared.cfg.over_in_flight_status;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            lane.counters.rejected_429.add(1);
+        }
+        let detail = format!("{count} simultaneous requests exceed {}", shared.cfg.max_in_flight);
+        return problem::respond(status, Problem::TooManyRequests, &detail);
+    }
+    let faults = shared.faults(ctx.channel);
+    let roll = faults.roll();
+    if roll.delay > Duration::ZERO {
+        tokio::time::sleep(roll.delay).await;
+    }
+    let mut store_then_fail = None;
+    match roll.action {
+        FaultAction::None => {}
+        FaultAction::Reset => {
+            lane.counters.fault_resets.add(1);
+            ctx.reset.notify_one();
+            return std::future::pending().await;
+        }
+        FaultAction::TooManyRequests => {
+            lane.counters.fault_429.add(1);
+            lane.counters.rejected_429.add(1);
+            let mut r = problem::respond(StatusCode::TOO_MANY_REQUESTS, Problem::TooManyRequests, "fault injected");
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            return r;
+        }
+        FaultAction::ServerError(status) => {
+            lane.counters.fault_5xx.add(1);
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            if !(faults.store_before_5xx && endpoint == Endpoint::Send) {
+                return problem::respond(status, Problem::ServerError, "fault injected");
+            }
+            store_then_fail = Some(status);
+        }
+    }
+    if let Some(refusal) = header_refusal(&req, shared) {
+        if endpoint == Endpoint::Send {
+            lane.counters.refused_sends.add(1);
+        }
+        return refusal;
+    }
+    let response = match (endpoint, req.method()) {
+        (Endpoint::Start, &Method::GET) => read(&req, lane, shared, ctx.channel, None).await,
+        (Endpoint::Pull(token), &Method::GET) => read(&req, lane, shared, ctx.channel, Some(token)).await,
+        (Endpoint::Pull(token), &Method::DELETE) => close(lane, token),
+        (Endpoint::Send, &Method::POST) => sends::handle(req, lane, shared).await,
+        (_, method) => {
+            let detail = format!("{method} is not allowed on {path}");
+            problem::respond(StatusCode::METHOD_NOT_ALLOWED, Problem::MethodNotAllowed, &detail)
+        }
+    };
+    match store_then_fail {
+        Some(status) => problem::respond(status, Problem::ServerError, "fault injected after storing"),
+        None => response,
+    }
+}
+
+/// The whitelist and the Host rule.
+fn header_refusal(req: &Request<Incoming>, shared: &Shared) -> Option<Response<Full<Bytes>>> {
+    if let Some(name) = headers::first_forbidden(req.headers()) {
+        let detail = format!("header {name} is not allowed");
+        return Some(problem::respond(StatusCode::BAD_REQUEST, Problem::InvalidHeader, &detail));
+    }
+    if shared.cfg.strict_host {
+        match headers::check_host(req.headers()) {
+            HostCheck::Bare => {}
+            HostCheck::WithPort => {
+                return Some(problem::respond(StatusCode::BAD_REQUEST, Problem::HostWithPort, "Host carries a port"));
+            }
+            HostCheck::Missing => {
+                return Some(problem::respond(StatusCode::BAD_REQUEST, Problem::HostWithPort, "Host is missing"));
+            }
+        }
+    }
+    None
+}
+
+async fn read(
+    req: &Request<Incoming>,
+    lane: &Lane,
+    shared: &Shared,
+    channel: ChannelId,
+    token: Option<&str>,
+) -> Response<Full<Bytes>> {
+    let multipart = headers::lists(req.headers(), header::ACCEPT, "multipart/mixed");
+    let gzip = headers::lists(req.headers(), header::ACCEPT_ENCODING, "gzip");
+    let rules = ReadRules {
+        max_messages: if multipart { shared.cfg.max_messages_per_read } else { 1 },
+        hold: shared.faults(channel).hold(),
+        max_streams: shared.cfg.max_streams,
+    };
+    match lane.read(token, rules).await {
+        ReadOutcome::Batch { messages, pull_next } => {
+            let mut r = batch(&messages, shared, multipart, gzip);
+            set_pull_next(&mut r, lane, &pull_next);
+            r
+        }
+        ReadOutcome::Empty { pull_next } => {
+            let mut r = Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            set_pull_next(&mut r, lane, &pull_next);
+            r
+        }
+        ReadOutcome::TooManyStreams => {
+            lane.counters.rejected_429.add(1);
+            let detail = format!("{} streams are open already", shared.cfg.max_streams);
+            problem::respond(StatusCode::TOO_MANY_REQUESTS, Problem::TooManyStreams, &detail)
+        }
+        ReadOutcome::UnknownToken => {
+            problem::respond(StatusCode::NOT_FOUND, Problem::StreamNotFound, "no stream with this pull-next")
+        }
+    }
+}
+
+fn close(lane: &Lane, token: &str) -> Response<Full<Bytes>> {
+    if lane.close(token) {
+        Response::new(Full::new(Bytes::new()))
+    } else {
+        problem::respond(StatusCode::GONE, Problem::StreamGone, "no open stream with this pull-next")
+    }
+}
+
+fn set_pull_next(response: &mut Response<Full<Bytes>>, lane: &Lane, token: &str) {
+    let mut value = String::with_capacity(lane.pull_prefix.len() + token.len());
+    value.push_str(&lane.pull_prefix);
+    value.push_str(token);
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert("pi-pull-next", v);
+    }
+}
+
+const XML_UTF8: &str = "application/xml; charset=utf-8";
+
+/// A 200 carrying a batch: multipart/mixed with a `PI-ResourceId` per part, or one message.
+fn batch(messages: &[Message], shared: &Shared, multipart: bool, gzip: bool) -> Response<Full<Bytes>> {
+    let rendered: Vec<Bytes> = messages.iter().map(|m| m.draft.render(&shared.templates)).collect();
+    let (body, content_type) = if multipart {
+        let b = &shared.boundary;
+        let size: usize = rendered.iter().map(|r| r.len() + b.len() + 120).sum::<usize>() + b.len() + 8;
+        let mut body = BytesMut::with_capacity(size);
+        for (m, xml) in messages.iter().zip(&rendered) {
+            body.put_slice(b"--");
+            body.put_slice(b.as_bytes());
+            body.put_slice(b"\r\nContent-Type: application/xml; charset=utf-8\r\nPI-ResourceId: ");
+            body.put_slice(m.resource_id.as_bytes());
+            body.put_slice(b"\r\n\r\n");
+            body.put_slice(xml);
+            body.put_slice(b"\r\n");
+        }
+        body.put_slice(b"--");
+        body.put_slice(b.as_bytes());
+        body.put_slice(b"--\r\n");
+        (body.freeze(), format!("multipart/mixed; boundary={b}"))
+    } else {
+        (rendered.into_iter().next().unwrap_or_default(), XML_UTF8.to_owned())
+    };
+    let (body, gzipped) = match gzip.then(|| compress(&body)).flatten() {
+        Some(z) => (z, true),
+        None => (body, false),
+    };
+    let mut response = Response::new(Full::new(body));
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&content_type) {
+        h.insert(header::CONTENT_TYPE, v);
+    }
+    if gzipped {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    if !multipart && let Some(v) = messages.first().and_then(|m| HeaderValue::from_str(&m.resource_id).ok()) {
+        h.insert("pi-resourceid", v);
+    }
+    response
+}
+
+fn compress(body: &[u8]) -> Option<Bytes> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4 + 64), flate2::Compression::fast());
+    enc.write_all(body).ok()?;
+    enc.finish().ok().map(Bytes::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn icom_paths_route_to_their_endpoint() {
+        assert_eq!(route("/api/v1/out/99999010/stream/start"), Some(("99999010", Endpoint::Start)));
+        assert_eq!(route("/api/v1/out/99999010/stream/abc"), Some(("99999010", Endpoint::Pull("abc"))));
+        assert_eq!(route("/api/v1/in/99999010/msgs"), Some(("99999010", Endpoint::Send)));
+        for bad in [
+            "/",
+            "/api/v1/out/99999010/stream/",
+            "/api/v1/out/99999010/stream/a/b",
+            "/api/v1/in/99999010/x",
+            "/api/v2/in/1/msgs",
+        ] {
+            assert_eq!(route(bad), None, "{bad}");
+        }
+    }
+}
