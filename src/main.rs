@@ -47,6 +47,7 @@ async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCo
     match command {
         Command::Run => cabine::run::run(settings).await,
         Command::Migrate => cabine::run::migrate(settings).await.map(|()| ExitCode::SUCCESS),
+        Command::Bench { bench } => cabine::bench::run(bench, settings).await,
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }
