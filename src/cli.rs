@@ -1,6 +1,7 @@
 //! The command line (clap): `run`, `migrate`, `check-config`, and the
 //! subcommands later capabilities add (`sim`, `bench …`).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -28,4 +29,66 @@ pub enum Command {
     CheckConfig,
     /// Run the ICOM simulator (the Central Bank) until SIGTERM / Ctrl-C.
     Sim(Box<crate::sim::SimArgs>),
+    /// Benchmarks: each prints ONE JSON line on stdout.
+    Bench {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Leased slots of one pool of 6 under contention, judged by a server counting concurrent requests.
+    Lease(LeaseBenchArgs),
+    /// One worker process of `bench lease` (started by it).
+    #[command(hide = true)]
+    LeaseWorker(LeaseWorkerArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LeaseBenchArgs {
+    /// Worker processes.
+    #[arg(long, default_value_t = 3)]
+    pub processes: u32,
+    /// Tasks per process, each looping acquire, requests while the lease is valid, release.
+    #[arg(long, default_value_t = 20)]
+    pub tasks: u32,
+    /// Length of the run.
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    /// SIGSTOP one worker for 2 x lease, then SIGCONT, over and over.
+    #[arg(long)]
+    pub pause_holder: bool,
+    /// Run against a private redis-server and restart it (every key gone) during the run.
+    #[arg(long)]
+    pub restart_redis: bool,
+}
+
+/// What one worker process of `bench lease` runs (the parent passes all of it).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LeaseWorkerArgs {
+    #[arg(long)]
+    pub redis_url: String,
+    /// Redis key prefix of this run.
+    #[arg(long)]
+    pub prefix: String,
+    /// The judge server's address.
+    #[arg(long)]
+    pub judge: SocketAddr,
+    #[arg(long)]
+    pub tasks: u32,
+    #[arg(long)]
+    pub run_ms: u64,
+    /// Slots in the pool.
+    #[arg(long)]
+    pub cap: u8,
+    #[arg(long)]
+    pub lease_ms: u64,
+    #[arg(long)]
+    pub lock_delay_ms: u64,
+    #[arg(long)]
+    pub drift_ms: u64,
+    /// Client-side bound of one judged request; a request starts only if the lease outlives it.
+    #[arg(long)]
+    pub request_timeout_ms: u64,
 }

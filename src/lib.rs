@@ -3,6 +3,7 @@
 //! server — wired to the supervision tree of `cabine-actors`.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod bus;
 pub mod cli;
 pub mod config;

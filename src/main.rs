@@ -48,6 +48,7 @@ async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCo
         Command::Run => cabine::run::run(settings).await,
         Command::Migrate => cabine::run::migrate(settings).await.map(|()| ExitCode::SUCCESS),
         Command::Sim(args) => cabine::sim::run(*args).await,
+        Command::Bench { bench } => cabine::bench::run(bench, settings).await,
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }

@@ -3,12 +3,14 @@
 //! integration tests and `ops/up`, so that all three start pods the same way.
 
 mod pod;
+mod redis_server;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use pod::{Pod, PodError};
+pub use redis_server::{RedisServer, RedisServerError, delete_keys_under};
 
 /// A name no other test or run on this machine uses: `{tag}_{pid}_{n}_{nanos}`, lowercase.
 pub fn unique_name(tag: &str) -> String {

@@ -1,12 +1,25 @@
 //! Redis: the fred client cabine coordinates through, built with a command
 //! timeout, a bounded command queue and a reconnect policy with a capped delay,
-//! so an unreachable Redis fails calls fast (fail closed) instead of hanging.
+//! so an unreachable Redis fails calls fast (fail closed) instead of hanging;
+//! and the coordination adapters built on it: leased slots and pod heartbeats.
+
+mod epoch;
+pub mod grant;
+pub mod keys;
+mod lease_metrics;
+pub mod leases;
+pub mod pods;
+pub mod scripts;
 
 pub mod breaker;
 pub mod bucket;
 pub mod guard;
 
 use fred::prelude::*;
+
+pub use keys::KeyLayout;
+pub use leases::{LeaseConfig, RedisLeaseStore};
+pub use pods::RedisPodRegistry;
 
 use crate::config::RedisSettings;
 

@@ -1,0 +1,27 @@
+//! Benchmarks: programs that print ONE JSON line of figures (never timed tests).
+//! `bench lease` measures the cluster-wide connection budget (leased slots).
+
+pub mod judge;
+pub mod latency;
+pub mod lease;
+pub mod lease_worker;
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::cli::BenchCommand;
+use crate::config::Settings;
+
+/// Dispatches `cabine bench …`.
+pub async fn run(command: BenchCommand, settings: Settings) -> anyhow::Result<ExitCode> {
+    match command {
+        BenchCommand::Lease(args) => {
+            let exe = std::env::current_exe().context("locating the cabine binary")?;
+            let report = lease::run(&lease::LeaseBench::from_args(&args), &exe, &settings).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        BenchCommand::LeaseWorker(args) => lease_worker::run(args, &settings).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
