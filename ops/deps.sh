@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Ensures cabine's local dependencies: installs redis-server, postgresql and
-# nats-server from Debian packages when missing, starts each on loopback when
-# nothing listens on its port, and makes Postgres accept root@127.0.0.1/test.
+# Ensures cabine's local dependencies: installs redis-server, postgresql,
+# nats-server, curl and openssl (the simulator's `--tls` RSA server key) from
+# Debian packages when missing, starts the three services on loopback when
+# nothing listens on their ports, and makes Postgres accept root@127.0.0.1/test.
 # Idempotent: on a machine where all three already run it only checks.
 set -euo pipefail
 
@@ -16,6 +17,7 @@ need_cmd() { command -v "$1" >/dev/null 2>&1; }
 
 missing=()
 need_cmd curl || missing+=(curl)
+need_cmd openssl || missing+=(openssl)
 need_cmd redis-server || missing+=(redis-server)
 { need_cmd psql && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; } || missing+=(postgresql)
 { need_cmd nats-server || [ -x /usr/sbin/nats-server ]; } || missing+=(nats-server)

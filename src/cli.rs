@@ -43,6 +43,15 @@ pub enum BenchCommand {
     /// One worker process of `bench lease` (started by it).
     #[command(hide = true)]
     LeaseWorker(LeaseWorkerArgs),
+    /// The ICOM simulator's read and send throughput through the real client (in-process, loopback).
+    Sim(SimBenchArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimBenchArgs {
+    /// Messages per phase (read 1 stream, read 6 streams, send 1 client, send 6 clients).
+    #[arg(long, default_value_t = 100_000)]
+    pub messages: usize,
 }
 
 #[derive(Debug, Clone, clap::Args)]

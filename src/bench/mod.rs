@@ -1,10 +1,12 @@
 //! Benchmarks: programs that print ONE JSON line of figures (never timed tests).
-//! `bench lease` measures the cluster-wide connection budget (leased slots).
+//! `bench lease` measures the cluster-wide connection budget (leased slots);
+//! `bench sim` the ICOM simulator's throughput through the real client.
 
 pub mod judge;
 pub mod latency;
 pub mod lease;
 pub mod lease_worker;
+pub mod sim;
 
 use std::process::ExitCode;
 
@@ -22,6 +24,10 @@ pub async fn run(command: BenchCommand, settings: Settings) -> anyhow::Result<Ex
             println!("{}", serde_json::to_string(&report)?);
         }
         BenchCommand::LeaseWorker(args) => lease_worker::run(args, &settings).await?,
+        BenchCommand::Sim(args) => {
+            let report = sim::run(&args, &settings).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
