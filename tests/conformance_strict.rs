@@ -3,12 +3,15 @@
 //! whitelist, a Host with its port, a single XML without charset, a gzip bomb
 //! and an 11-part body are refused with their RFC 7807 problem and store
 //! nothing — while the REAL client's requests, under the same strict checks
-//! (Host without port enforced), are accepted.
+//! (Host without port enforced), are accepted; and the Host rule is a setting
+//! on both sides (`icom.host_without_port`, the simulator's `strict_host`).
 
 mod conformance_support;
 mod sim_support;
 
-use cabine::icom::SendOutcome;
+use cabine::icom::{IcomChannels, SendOutcome};
+use cabine_actors::domain::ChannelId;
+use cabine_actors::ports::PollOutcome;
 use conformance_support::{end_to_end_id, pacs008, rig};
 use reqwest::Method;
 use sim_support::{ISPB, TestSim, gzip, msg_id, send_path};
@@ -78,6 +81,35 @@ async fn the_whitelist_and_the_host_rule_refuse_others_and_pass_the_client() {
     let (answers, pull_next) = conformance_support::messages(client.start().await);
     assert_eq!(answers.iter().map(|m| m.meta.msg_type()).collect::<Vec<_>>(), ["pacs.002", "pacs.002"]);
     assert_eq!(client.close(&pull_next).await, cabine_actors::ports::CloseOutcome::Closed);
+}
+
+/// The client with `icom.host_without_port = false` against a simulator with `strict_host`.
+async fn client_with_port_against(strict_host: bool) -> (PollOutcome, SendOutcome) {
+    let t = sim_support::start(|c| {
+        c.hold = std::time::Duration::ZERO;
+        c.strict_host = strict_host;
+    })
+    .await;
+    let mut overrides = conformance_support::channel_overrides(&t.primary, ISPB, conformance_support::CLIENT_TIMEOUT);
+    overrides.push(("CABINE__ICOM__HOST_WITHOUT_PORT", "false".to_owned()));
+    let channels = IcomChannels::from_settings(&conformance_support::settings(&overrides)).unwrap();
+    let mut client = channels.client(ChannelId::Cpm).unwrap();
+    let read = client.start().await;
+    let sent = client.send(&[pacs008(&msg_id(850), &[&end_to_end_id(850)])]).await.unwrap();
+    (read, sent)
+}
+
+#[tokio::test]
+async fn host_with_port_is_a_setting_both_sides_honour() {
+    let (read, sent) = client_with_port_against(true).await;
+    let PollOutcome::Rejected { status: 400, problem: Some(problem) } = read else { panic!("{read:?}") };
+    assert!(problem.contains("/error/invalidHost"), "{problem}");
+    let SendOutcome::Rejected { status: 400, problem: Some(p) } = sent else { panic!("{sent:?}") };
+    assert!(p.kind.as_deref().is_some_and(|k| k.ends_with("/error/invalidHost")), "{p:?}");
+
+    let (read, sent) = client_with_port_against(false).await;
+    assert!(matches!(read, PollOutcome::Empty { .. }), "`--allow-host-port` admits it: {read:?}");
+    assert!(matches!(sent, SendOutcome::Accepted { .. }), "{sent:?}");
 }
 
 #[tokio::test]

@@ -102,6 +102,7 @@ async fn no_client_certificate_is_a_transport_failure() {
         limits: WireLimits::ICOM,
         long_poll_timeout: Duration::from_secs(2),
         send_timeout: Duration::from_secs(2),
+        host_without_port: true,
     };
     let endpoint = Arc::new(IcomEndpoint::new(settings, anonymous).unwrap());
     let mut client = endpoint.connect().unwrap();

@@ -34,6 +34,7 @@ fn endpoint(base_url: String, limits: WireLimits, timeout: Duration) -> Arc<Icom
         limits,
         long_poll_timeout: timeout,
         send_timeout: timeout,
+        host_without_port: true,
     };
     Arc::new(IcomEndpoint::new(settings, tls::plain_config().unwrap()).unwrap())
 }

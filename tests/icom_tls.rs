@@ -129,6 +129,7 @@ fn endpoint(base_url: String, tls: rustls::ClientConfig) -> Arc<IcomEndpoint> {
         limits: WireLimits::ICOM,
         long_poll_timeout: Duration::from_secs(5),
         send_timeout: Duration::from_secs(5),
+        host_without_port: true,
     };
     Arc::new(IcomEndpoint::new(settings, tls).unwrap())
 }

@@ -109,6 +109,7 @@ fn endpoint(ispb: &Ispb, settings: &Settings, addr: SocketAddr) -> anyhow::Resul
         limits: WireLimits::from(&settings.icom.limits),
         long_poll_timeout: settings.timing.long_poll_timeout,
         send_timeout: settings.timing.send_timeout,
+        host_without_port: settings.icom.host_without_port,
     };
     Ok(Arc::new(IcomEndpoint::new(endpoint, tls::plain_config()?)?))
 }

@@ -43,6 +43,9 @@ pub struct EndpointSettings {
     pub long_poll_timeout: Duration,
     /// Bound of a send.
     pub send_timeout: Duration,
+    /// Send `Host` without the port even when the URL has one (the Central Bank's rule,
+    /// `icom.host_without_port`); false sends `host:port` as HTTP normally does.
+    pub host_without_port: bool,
 }
 
 /// One channel's ICOM, ready to open connections.
@@ -64,7 +67,7 @@ impl IcomEndpoint {
         if !matches!(base.scheme(), "http" | "https") || base.query().is_some() || base.fragment().is_some() {
             return Err(bad("must be http(s)://host[:port][/path]".into()));
         }
-        let host = headers::host_without_port(&base).ok_or_else(|| bad("no host".into()))?;
+        let host = headers::host_header(&base, settings.host_without_port).ok_or_else(|| bad("no host".into()))?;
         let user_agent = HeaderValue::from_str(&headers::user_agent())
             .map_err(|e| ClientError::Build { channel, reason: e.to_string() })?;
         Ok(IcomEndpoint { settings, base, host, user_agent, tls })
@@ -86,6 +89,7 @@ impl IcomEndpoint {
             limits: WireLimits::from(&settings.icom.limits),
             long_poll_timeout: settings.timing.long_poll_timeout,
             send_timeout: settings.timing.send_timeout,
+            host_without_port: settings.icom.host_without_port,
         };
         IcomEndpoint::new(endpoint, tls)
     }

@@ -41,7 +41,16 @@ pub fn user_agent() -> String {
 
 /// The `Host` value ICOM expects: the URL's host WITHOUT its port, even when the URL has one.
 pub fn host_without_port(url: &Url) -> Option<HeaderValue> {
-    HeaderValue::from_str(url.host_str()?).ok()
+    host_header(url, true)
+}
+
+/// The `Host` value: the URL's host, followed by its explicit port unless `without_port`.
+pub fn host_header(url: &Url, without_port: bool) -> Option<HeaderValue> {
+    let host = url.host_str()?;
+    match url.port() {
+        Some(port) if !without_port => HeaderValue::from_str(&format!("{host}:{port}")).ok(),
+        _ => HeaderValue::from_str(host).ok(),
+    }
 }
 
 /// What a request carries as its body.
@@ -83,6 +92,10 @@ mod tests {
         assert_eq!(host("https://icom.pi.rsfn.net.br:16422/api"), "icom.pi.rsfn.net.br");
         assert_eq!(host("http://127.0.0.1:8080"), "127.0.0.1");
         assert_eq!(host("http://[::1]:8080/"), "[::1]");
+        let with_port = |u: &str| host_header(&Url::parse(u).unwrap(), false).unwrap();
+        assert_eq!(with_port("https://icom.pi.rsfn.net.br:16422/api"), "icom.pi.rsfn.net.br:16422");
+        assert_eq!(with_port("http://[::1]:8080/"), "[::1]:8080");
+        assert_eq!(with_port("https://icom.pi.rsfn.net.br/"), "icom.pi.rsfn.net.br", "no port in the URL");
     }
 
     #[test]
