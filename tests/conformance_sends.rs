@@ -1,7 +1,8 @@
 //! Conformance, sends: `IcomClient::send` against the simulator's independent
 //! parsers (multer, flate2) — one gzipped XML, 10-message gzipped multipart,
 //! the SPI's answers read back through the client's stream (pacs.002 per
-//! EndToEndId, admi.002 for a duplicate MsgId or an unreadable message), the
+//! EndToEndId, admi.002 for a duplicate MsgId or an unreadable message — and
+//! understood as verdicts by cabine's outbound reader), the
 //! token bucket's 429 + Retry-After and its recovery, 400/413 refusals with
 //! their problem, and the batch the client refuses to build (11 messages).
 
@@ -12,7 +13,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cabine::icom::{SendOutcome, WireError};
+use cabine::outbound::correlate::verdicts;
 use cabine::sim::BucketRate;
+use cabine_actors::ports::outbound::{ConfirmRef, SpiVerdict};
 use cabine_actors::ports::{CloseOutcome, InboundMessage};
 use conformance_support::{Rig, end_to_end_id, pacs008, read_all, rig};
 use sim_support::{ISPB, msg_id};
@@ -60,6 +63,9 @@ async fn a_pacs008_sent_is_answered_by_a_pacs002_read_from_the_stream() {
         assert!(biz.len() == 32 && biz.starts_with("M00038166"), "{biz}");
         assert!(text(answer).contains("<TxSts>ACSP</TxSts>"));
         assert!(text(answer).contains(&format!("OrgnlMsgId {id}")));
+        // cabine's outbound side reads the same answer as a confirmation of that EndToEndId.
+        let verdicts = verdicts(&answer.raw).unwrap();
+        assert_eq!(verdicts, [(ConfirmRef::EndToEndId(e2e.clone()), SpiVerdict::Confirmed)]);
     }
     let audit = r.audit().await;
     assert_eq!((audit["received_outbound"].as_u64(), audit["replies"].as_u64()), (Some(1), Some(2)));
@@ -108,6 +114,11 @@ async fn a_duplicate_msg_id_is_answered_by_an_admi002_on_the_stream() {
     let reject = &answers[1];
     assert_eq!(reject.meta.msg_type(), "admi.002", "{:?}", reject.meta);
     assert!(text(reject).contains(&format!("<Ref>{id}</Ref>")) && text(reject).contains("AM05"));
+    let [(reference, SpiVerdict::Rejected { reason })] = &verdicts(&reject.raw).unwrap()[..] else {
+        panic!("an admi.002 is a rejection")
+    };
+    assert_eq!(*reference, ConfirmRef::MsgId(id.clone()));
+    assert!(reason.starts_with("admi.002 AM05"), "{reason}");
     let audit = r.audit().await;
     assert_eq!((audit["received_outbound"].as_u64(), audit["duplicates_outbound"].as_u64()), (Some(2), Some(1)));
 }
