@@ -5,7 +5,7 @@
 //! another CA, fails as `Transport`; a server offering only TLS 1.2 with the
 //! Central Bank's `ECDHE-RSA-AES128-GCM-SHA256` negotiates exactly that.
 
-#[allow(dead_code)] // shared with icom_client.rs, which uses the rest
+// shared with icom_client.rs, which uses the rest (support/ allows dead code itself)
 mod support;
 
 use std::collections::{HashMap, VecDeque};
