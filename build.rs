@@ -13,6 +13,8 @@ fn main() {
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "unknown".to_owned());
     println!("cargo:rustc-env=CABINE_GIT_COMMIT={commit}");
+    // refinery embeds migrations/ at compile time: a new or edited migration must rebuild.
+    println!("cargo:rerun-if-changed=migrations");
     // In a worktree `.git` is a file: ask git where HEAD really lives, so the
     // build reruns when (and only when) the commit changes.
     let git_dir = Command::new("git")

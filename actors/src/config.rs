@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{ChannelId, PoolSize};
+use crate::outbound::{OutboundConfig, OutboundPorts};
 use crate::ports::{IcomConnector, InboundPublisher, InboxStore, LeaseStore, PodRegistry};
 
 /// Everything the tree needs to know, validated by [`TreeConfig::validate`].
@@ -22,6 +23,8 @@ pub struct TreeConfig {
     pub poll_mode: PollMode,
     /// Restart intensity of every supervisor.
     pub restart: RestartPolicy,
+    /// The outbound actors (dispatcher, senders, confirmer, janitor); `None`: inbound only.
+    pub outbound: Option<OutboundConfig>,
 }
 
 /// Timings (DESIGN §6). The lease length itself lives in the lease store: the
@@ -122,6 +125,7 @@ impl TreeConfig {
             timing: TreeTiming::default(),
             poll_mode: PollMode::LongPoll,
             restart: RestartPolicy::default(),
+            outbound: None,
         }
     }
 
@@ -155,7 +159,10 @@ impl TreeConfig {
         if r.max_restarts == 0 || r.window.is_zero() || r.backoff_base > r.backoff_max {
             return fail("restart", "max_restarts ≥ 1, window > 0, backoff_base ≤ backoff_max");
         }
-        Ok(())
+        match &self.outbound {
+            Some(outbound) => outbound.validate(),
+            None => Ok(()),
+        }
     }
 
     /// The least lease validity a stream request needs before it may start.
@@ -172,6 +179,8 @@ pub struct Ports {
     pub inbox: Arc<dyn InboxStore>,
     pub icom: Arc<dyn IcomConnector>,
     pub publisher: Arc<dyn InboundPublisher>,
+    /// Needed when [`TreeConfig::outbound`] is set.
+    pub outbound: Option<OutboundPorts>,
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod domain;
 pub mod fair;
 pub mod ledger;
 pub mod metrics;
+pub mod outbound;
 pub mod ports;
 pub mod slot;
 pub mod status;
@@ -27,5 +28,6 @@ pub mod tree;
 
 pub use board::StatusBoard;
 pub use config::{PollMode, Ports, RestartPolicy, TreeConfig, TreeTiming};
+pub use outbound::{OutboundConfig, OutboundPorts};
 pub use status::ActorStatus;
 pub use tree::{DrainReport, RestartError, Tree, TreeError, TreeExit};

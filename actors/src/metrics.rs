@@ -42,3 +42,49 @@ pub fn lease_lost(cause: &'static str) {
 pub fn republished(rows: usize) {
     metrics::counter!("cabine_inbound_republished_total").increment(rows as u64);
 }
+
+/// One intake step of the dispatcher (`pulled`, `inserted`, `duplicate`, `invalid`, `ack_failed`).
+pub fn intake(step: &'static str, n: usize) {
+    metrics::counter!("cabine_outbound_intake_total", "step" => step).increment(n as u64);
+}
+
+/// Whether the dispatcher stopped pulling (1) because too many rows are queued.
+pub fn backpressure(on: bool) {
+    metrics::gauge!("cabine_outbound_backpressure").set(if on { 1.0 } else { 0.0 });
+}
+
+/// Queued rows of one (channel, priority) at the last depth probe.
+pub fn queue_depth(channel: ChannelId, priority: &'static str, queued: u64) {
+    metrics::gauge!("cabine_outbound_queue_depth", "channel" => channel.as_str(), "priority" => priority)
+        .set(queued as f64);
+}
+
+/// One batch a sender finished, by outcome (`accepted`, `server_error`, `breaker_open`, ...).
+pub fn send_batch(channel: ChannelId, outcome: &'static str, messages: usize, took: Duration) {
+    let c = channel.as_str();
+    metrics::counter!("cabine_outbound_batches_total", "channel" => c, "outcome" => outcome).increment(1);
+    metrics::counter!("cabine_outbound_messages_total", "channel" => c, "outcome" => outcome)
+        .increment(messages as u64);
+    metrics::histogram!("cabine_outbound_send_seconds", "channel" => c).record(took.as_secs_f64());
+}
+
+/// Send leases held by this pod's senders of a channel.
+pub fn senders_holding(channel: ChannelId, holding: usize) {
+    metrics::gauge!("cabine_outbound_senders_holding", "channel" => channel.as_str()).set(holding as f64);
+}
+
+/// The shared breaker's state of a channel as last read (0 closed, 1 degraded, 2 open, 3 half-open).
+pub fn breaker_state(channel: ChannelId, code: u8) {
+    metrics::gauge!("cabine_outbound_breaker_state", "channel" => channel.as_str()).set(f64::from(code));
+}
+
+/// An outcome could not be recorded within the patience (Postgres down): the claim is recovered later.
+pub fn record_abandoned(channel: ChannelId, messages: usize) {
+    metrics::counter!("cabine_outbound_record_abandoned_total", "channel" => channel.as_str())
+        .increment(messages as u64);
+}
+
+/// Rows the janitor changed (`expired`, `recovered`, `flagged`, `republished`) or the confirmer applied.
+pub fn outbound_upkeep(job: &'static str, n: usize) {
+    metrics::counter!("cabine_outbound_upkeep_total", "job" => job).increment(n as u64);
+}

@@ -5,9 +5,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cabine_actors::OutboundConfig;
+use cabine_actors::ports::outbound::BatchSize;
+use cabine_actors::ports::ratelimit::CostTable;
 use serde::{Deserialize, Serialize};
 
-use super::{ChannelId, ConfigError, Settings};
+use super::{ChannelId, ConfigError, PoolSize, Settings};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +35,30 @@ pub struct OutboundSettings {
     /// A `sent` message without pacs.002/admi.002 after this is flagged.
     #[serde(with = "humantime_serde")]
     pub unconfirmed_after: Duration,
+    /// Sender slots per enabled channel on each pod (each with its own send lease and connection).
+    pub senders_per_channel: PoolSize,
+    /// A sender gives its send lease back after this long without work...
+    #[serde(with = "humantime_serde")]
+    pub idle_release: Duration,
+    /// ...looking for ready rows this often meanwhile.
+    #[serde(with = "humantime_serde")]
+    pub idle_poll: Duration,
+    /// Queue depth, breaker and bucket are read this often (status, metrics, back-pressure).
+    #[serde(with = "humantime_serde")]
+    pub status_interval: Duration,
+    /// An empty bucket refilling within this is waited for with the batch in hand.
+    #[serde(with = "humantime_serde")]
+    pub bucket_wait_max: Duration,
+    /// The leader's janitor (expiry, stale claims, unconfirmed, republish) runs this often...
+    #[serde(with = "humantime_serde")]
+    pub janitor_interval: Duration,
+    /// ...each step on at most this many rows.
+    pub janitor_batch: u32,
+    /// The confirmer runs after every commit of status reports, and at least this often...
+    #[serde(with = "humantime_serde")]
+    pub confirm_interval: Duration,
+    /// ...correlating at most this many inbox rows per pass.
+    pub confirm_batch: u32,
     pub deadlines: DeadlineSettings,
     pub bucket: BucketSettings,
     pub breaker: BreakerSettings,
@@ -145,6 +172,7 @@ fn check_ingress(s: &Settings) -> Result<(), ConfigError> {
     if o.max_message_bytes == 0 {
         return fail("outbound.max_message_bytes", "must be greater than zero");
     }
+    check_actors(o)?;
     let durations = [
         ("outbound.retry_after_default", o.retry_after_default),
         ("outbound.unconfirmed_after", o.unconfirmed_after),
@@ -157,6 +185,66 @@ fn check_ingress(s: &Settings) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+fn check_actors(o: &OutboundSettings) -> Result<(), ConfigError> {
+    let durations = [
+        ("outbound.idle_release", o.idle_release),
+        ("outbound.idle_poll", o.idle_poll),
+        ("outbound.status_interval", o.status_interval),
+        ("outbound.janitor_interval", o.janitor_interval),
+        ("outbound.confirm_interval", o.confirm_interval),
+    ];
+    for (key, d) in durations {
+        if d.is_zero() {
+            return fail(key, "must be greater than zero");
+        }
+    }
+    if o.idle_poll > o.idle_release {
+        return fail("outbound.idle_poll, outbound.idle_release", "idle_poll must be <= idle_release");
+    }
+    for (key, n) in [("outbound.janitor_batch", o.janitor_batch), ("outbound.confirm_batch", o.confirm_batch)] {
+        if !(1..=10_000).contains(&n) {
+            return fail(key, format!("must be in 1..=10000, got {n}"));
+        }
+    }
+    Ok(())
+}
+
+impl Settings {
+    /// The outbound actors' configuration (`[outbound]`, `[timing]`, `icom.limits`).
+    pub fn outbound_actors(&self) -> OutboundConfig {
+        let o = &self.outbound;
+        let batch_size = BatchSize::new(o.batch_size).unwrap_or(BatchSize::MAX);
+        // Room for the multipart framing (delimiters and part headers) of a whole batch.
+        let framing = batch_size.get() * 256 + 1024;
+        OutboundConfig {
+            senders_per_channel: o.senders_per_channel,
+            batch_size,
+            max_batch_bytes: self.icom.limits.max_body_bytes.saturating_sub(framing).max(1),
+            pull_batch: o.pull_batch,
+            pull_wait: o.pull_wait,
+            max_queued: o.max_queued,
+            status_interval: o.status_interval,
+            costs: CostTable {
+                pacs008_milli: o.bucket.cost_pacs008_milli,
+                pacs002_milli: o.bucket.cost_pacs002_milli,
+                other_milli: o.bucket.cost_other_milli,
+            },
+            send_timeout: self.timing.send_timeout,
+            slow_call: o.breaker.slow_call,
+            idle_release: o.idle_release,
+            idle_poll: o.idle_poll,
+            bucket_wait_max: o.bucket_wait_max,
+            retry_after_default: o.retry_after_default,
+            // Gives up recording before the claim could be recovered (and the message resent).
+            record_patience: self.timing.processing_timeout / 2,
+            janitor_interval: o.janitor_interval,
+            janitor_batch: o.janitor_batch,
+            confirm_interval: o.confirm_interval,
+            confirm_batch: o.confirm_batch,
+        }
+    }
 }
 
 fn check_bucket(s: &Settings) -> Result<(), ConfigError> {
@@ -275,6 +363,10 @@ mod load_tests {
         assert_eq!((csm.capacity, csm.refill_per_s, csm.night_capacity, csm.night_refill_per_s), (350, 35, 5000, 350));
         assert_eq!(s.outbound.breaker.min_calls, 20);
         assert_eq!(s.outbound.breaker.break_time, Duration::from_secs(30));
+        let actors = s.outbound_actors();
+        assert_eq!(actors.validate(), Ok(()));
+        assert_eq!((actors.senders_per_channel.get(), actors.batch_size.get()), (2, 10));
+        assert!(actors.max_batch_bytes < s.icom.limits.max_body_bytes);
     }
 
     #[test]
@@ -305,5 +397,8 @@ mod load_tests {
         );
         assert!(violation(&[("CABINE__OUTBOUND__ACK_WAIT", "2s")]).contains("outbound.ack_wait"));
         assert_eq!(violation(&[("CABINE__OUTBOUND__DEADLINES__SAQUE_TROCO", "0s")]), "outbound.deadlines.saque_troco");
+        assert_eq!(violation(&[("CABINE__OUTBOUND__SENDERS_PER_CHANNEL", "7")]), "outbound.senders_per_channel");
+        assert!(violation(&[("CABINE__OUTBOUND__IDLE_POLL", "5s")]).contains("outbound.idle_poll"));
+        assert_eq!(violation(&[("CABINE__OUTBOUND__CONFIRM_BATCH", "0")]), "outbound.confirm_batch");
     }
 }

@@ -12,6 +12,7 @@ pub mod limits;
 pub mod multipart;
 pub mod outcome;
 pub mod problem;
+pub mod sender;
 pub mod tls;
 
 pub use client::IcomClient;

@@ -27,7 +27,7 @@ pub struct Rig {
     pub store: PgOutboundStore,
     pub schema: String,
     policy: OutboundPolicy,
-    ispb: cabine::config::Ispb,
+    pub ispb: cabine::config::Ispb,
 }
 
 pub fn policy() -> OutboundPolicy {

@@ -7,7 +7,9 @@
 
 pub mod breaker;
 pub mod cluster;
+pub mod confirm;
 pub mod icom;
+pub mod icom_send;
 pub mod inbox;
 pub mod lease;
 pub mod outbound;
@@ -16,7 +18,9 @@ pub mod publish;
 pub mod ratelimit;
 
 pub use cluster::{ClusterError, PodBeat, PodRegistry};
+pub use confirm::{ConfirmError, Confirmations, Correlated};
 pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};
+pub use icom_send::{IcomSender, SendConnector, SendRefused, SendReply};
 pub use inbox::{Claim, CommitSummary, CommittedRow, InboxError, InboxStore};
 pub use lease::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool};
 pub use publish::{InboundPublisher, PublishError};

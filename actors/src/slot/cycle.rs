@@ -139,6 +139,10 @@ async fn persist(input: &CycleInput, received: Received) -> CycleEnd {
             if malformed > 0 {
                 tracing::warn!(slot = %input.slot, malformed, "malformed messages persisted for the dead-letter view");
             }
+            if summary.inserted.iter().any(|r| crate::outbound::is_status_report(r.message.meta.msg_type())) {
+                // In memory, no I/O: the confirmer applies the verdicts off the inbound path.
+                input.ctx.signal.status_reports_committed();
+            }
             if !summary.inserted.is_empty() {
                 ports.publisher.committed(summary.inserted).await;
             }

@@ -26,6 +26,11 @@ impl WallClock {
     pub fn unix_now(&self) -> Duration {
         self.unix_at_base + self.base.elapsed()
     }
+
+    /// The same instant as a `SystemTime` (deadlines are wall-clock instants).
+    pub fn now(&self) -> SystemTime {
+        UNIX_EPOCH + self.unix_now()
+    }
 }
 
 /// Slot `n`'s offset within the cycle.

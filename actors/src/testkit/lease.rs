@@ -38,6 +38,13 @@ pub struct LeaseAudit {
     pub quarantined_answers: u64,
 }
 
+struct Validity {
+    pool: Pool,
+    pod: String,
+    valid_until: Instant,
+    released: bool,
+}
+
 #[derive(Default)]
 struct Table {
     keys: HashMap<(Pool, u8), Key>,
@@ -45,6 +52,8 @@ struct Table {
     epoch_missing: bool,
     quarantine_until: Option<Instant>,
     grant_epochs: HashMap<String, u64>,
+    /// Every grant's local validity as its holder computes it (acquire, renewals), and whether it was given back.
+    validity: HashMap<String, Validity>,
     unavailable: bool,
     latency: Duration,
     audit: LeaseAudit,
@@ -119,6 +128,14 @@ impl FakeLeaseStore {
         slots
     }
 
+    /// True when `pod` holds a grant of `pool` that is still valid by its holder's
+    /// own reckoning (t0 + lease − drift of its last renewal) and not given back:
+    /// what entitles it to send.
+    pub fn holds_valid(&self, pool: Pool, pod: &str) -> bool {
+        let now = Instant::now();
+        self.lock().validity.values().any(|v| v.pool == pool && v.pod == pod && !v.released && v.valid_until > now)
+    }
+
     pub fn audit(&self) -> LeaseAudit {
         self.lock().audit.clone()
     }
@@ -155,6 +172,7 @@ impl FakeLeaseStore {
         t.grant_epochs.insert(grant.clone(), epoch);
         t.audit.grants += 1;
         let valid_until = t0 + self.settings.lease - self.settings.drift_margin;
+        t.validity.insert(grant.clone(), Validity { pool, pod: pod.to_owned(), valid_until, released: false });
         Acquired::Granted(Lease { pool, slot: n, grant: GrantId(grant), valid_until })
     }
 
@@ -176,11 +194,18 @@ impl FakeLeaseStore {
         if let Some(k) = t.keys.get_mut(&key) {
             k.expires = now + self.ttl();
         }
-        Ok(Lease { valid_until: t0 + self.settings.lease - self.settings.drift_margin, ..lease.clone() })
+        let valid_until = t0 + self.settings.lease - self.settings.drift_margin;
+        if let Some(v) = t.validity.get_mut(&lease.grant.0) {
+            v.valid_until = v.valid_until.max(valid_until);
+        }
+        Ok(Lease { valid_until, ..lease.clone() })
     }
 
     fn release(&self, lease: &Lease) {
         let mut t = self.lock();
+        if let Some(v) = t.validity.get_mut(&lease.grant.0) {
+            v.released = true;
+        }
         let key = (lease.pool, lease.slot);
         if t.keys.get(&key).is_some_and(|k| k.grant == lease.grant.0) {
             t.keys.remove(&key);

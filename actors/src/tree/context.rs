@@ -8,6 +8,7 @@ use crate::board::StatusBoard;
 use crate::config::{Ports, TreeConfig};
 use crate::fair::ClusterView;
 use crate::ledger::LeaseLedger;
+use crate::outbound::{OutboundConfig, OutboundPorts, OutboundSignal};
 use crate::ports::Lease;
 use crate::slot::schedule::WallClock;
 use crate::tree::TreeExit;
@@ -20,6 +21,8 @@ pub struct TreeContext {
     pub board: StatusBoard,
     pub view: ClusterView,
     pub clock: WallClock,
+    /// In-memory hints between the outbound actors (and from the slots to the confirmer).
+    pub signal: OutboundSignal,
     /// Written by Root when it ends (normal after a drain, escalated on failure).
     pub exit: Arc<Mutex<Option<TreeExit>>>,
 }
@@ -34,8 +37,15 @@ impl TreeContext {
             ledger,
             view: ClusterView::default(),
             clock: WallClock::start(),
+            signal: OutboundSignal::default(),
             exit: Arc::default(),
         }
+    }
+
+    /// The outbound configuration and ports, when the outbound actors run.
+    pub fn outbound(&self) -> Option<(Arc<OutboundConfig>, OutboundPorts)> {
+        let config = self.config.outbound.as_ref()?;
+        Some((Arc::new(config.clone()), self.ports.outbound.clone()?))
     }
 
     /// Bound on one lease-store call made while stopping.

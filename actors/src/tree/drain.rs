@@ -2,7 +2,9 @@
 //! `drain_time`: leave the pod registry first (so other pods' fair share grows
 //! and they take the slots), release the leader lease, then every slot hands
 //! over — or closes its stream when no other live pod runs that slot. Whatever
-//! has not finished by the deadline is released by force.
+//! has not finished by the deadline is released by force. Meanwhile the
+//! outbound dispatcher stops pulling and every sender finishes (and records)
+//! the send in flight, then releases its send lease.
 
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
@@ -15,16 +17,26 @@ use super::context::TreeContext;
 use super::heartbeat::HeartbeatMsg;
 use super::leader::LeaderMsg;
 use super::root::tally;
+use crate::outbound::dispatcher::DispatcherMsg;
+use crate::outbound::sender::SenderDrain;
+use crate::outbound::senders::SendChannelMsg;
 use crate::ports::PodBeat;
 
 /// Time for a channel's answer to arrive after the slots' deadline.
 const SLACK: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The outbound actors a drain talks to.
+pub struct OutboundRefs {
+    pub dispatcher: Option<ActorRef<DispatcherMsg>>,
+    pub senders: Vec<ActorRef<SendChannelMsg>>,
+}
 
 pub async fn run(
     ctx: TreeContext,
     heartbeat: Option<ActorRef<HeartbeatMsg>>,
     leader: Option<ActorRef<LeaderMsg>>,
     channels: Vec<ActorRef<ChannelMsg>>,
+    outbound: OutboundRefs,
 ) -> DrainReport {
     let started = Instant::now();
     let deadline = started + ctx.config.timing.drain_time;
@@ -50,9 +62,15 @@ pub async fn run(
         }
         outcomes
     };
-    let ((), outcomes) = tokio::join!(leader_done, slots_done);
+    let ((), outcomes, (dispatcher_stopped, sends)) =
+        tokio::join!(leader_done, slots_done, drain_outbound(outbound, deadline));
     let mut report = DrainReport::default();
     tally(&mut report, &outcomes);
+    report.dispatcher_stopped = dispatcher_stopped;
+    report.senders_released = sends.iter().filter(|s| s.released).count();
+    report.sends_finished = sends.iter().filter(|s| s.finished_send).count();
+    let per_channel = ctx.config.outbound.as_ref().map_or(0, |o| usize::from(o.senders_per_channel.get()));
+    report.senders_unanswered = (per_channel * ctx.config.channels.len()).saturating_sub(sends.len());
     let expected = ctx.config.channels.len() * usize::from(ctx.config.stream_pool.get());
     report.unanswered = expected.saturating_sub(outcomes.len());
     let leftovers = ctx.ledger.take_owned(|_| true);
@@ -60,6 +78,32 @@ pub async fn run(
     ctx.release(leftovers).await;
     report.took_ms = started.elapsed().as_millis() as u64;
     report
+}
+
+/// Stops the dispatcher's pulls and drains every sender, by `deadline`.
+async fn drain_outbound(refs: OutboundRefs, deadline: Instant) -> (bool, Vec<SenderDrain>) {
+    let left = || Some(deadline.saturating_duration_since(Instant::now()));
+    let dispatcher = async {
+        match refs.dispatcher {
+            Some(d) => matches!(d.call(DispatcherMsg::Drain, left()).await, Ok(CallResult::Success(()))),
+            None => false,
+        }
+    };
+    let senders = async {
+        let mut calls = JoinSet::new();
+        for senders in refs.senders {
+            let budget = left().map(|d| d + SLACK);
+            calls.spawn(async move { senders.call(|reply| SendChannelMsg::Drain { deadline, reply }, budget).await });
+        }
+        let mut outcomes = Vec::new();
+        while let Some(answer) = calls.join_next().await {
+            if let Ok(Ok(CallResult::Success(o))) = answer {
+                outcomes.extend(o);
+            }
+        }
+        outcomes
+    };
+    tokio::join!(dispatcher, senders)
 }
 
 /// Stops the heartbeat's beats and removes this pod's key; the other live pods.

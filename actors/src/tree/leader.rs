@@ -1,12 +1,13 @@
 //! Leader: campaigns for the `Pool::Leader` lease every acquire interval; while
-//! it holds the lease it runs the cluster's singletons (today the Sweeper).
+//! it holds the lease it runs the cluster's singletons (the Sweeper, and the
+//! OutboundJanitor when outbound is configured).
 //! Losing the lease stops them at once, then the campaign resumes.
 //!
 //! Supervision policy (one_for_one over its singletons): a failed singleton is
 //! restarted after a backoff (base × 2^(k−1), capped, jittered) only while this
 //! pod still leads; more than `max_restarts` failures within `window` make the
 //! Leader fail to Root, which releases the leader lease. An operator restart
-//! (`restart("sweeper")`) is immediate and not counted.
+//! (`restart("sweeper")`, `restart("outbound-janitor")`) is immediate and not counted.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
@@ -14,6 +15,7 @@ use super::sweeper::{self, Sweeper};
 use super::{RestartError, context::TreeContext};
 use crate::backoff::{Backoff, jittered};
 use crate::ledger::{HeldLease, LostNotice};
+use crate::outbound::janitor::{self, OutboundJanitor};
 use crate::ports::{Acquired, GrantId, LeaseError, LostCause, Pool};
 use crate::supervision::{Supervision, Verdict};
 use crate::task::OwnedTask;
@@ -24,6 +26,16 @@ pub const ID: &str = "leader";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Singleton {
     Sweeper,
+    OutboundJanitor,
+}
+
+impl Singleton {
+    pub fn id(self) -> &'static str {
+        match self {
+            Singleton::Sweeper => sweeper::ID,
+            Singleton::OutboundJanitor => janitor::ID,
+        }
+    }
 }
 
 pub enum Campaign {
@@ -115,8 +127,8 @@ impl Actor for Leader {
             }
             LeaderMsg::Respawn { singleton, generation } => self.respawn(&me, state, singleton, generation).await?,
             LeaderMsg::RestartSingleton { id, reply } => {
-                let ok =
-                    id == sweeper::ID && state.supervision.stop_for_restart(&Singleton::Sweeper, "operator restart");
+                let which = self.singletons().into_iter().find(|s| s.id() == id);
+                let ok = which.is_some_and(|s| state.supervision.stop_for_restart(&s, "operator restart"));
                 let _ = reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(id)) });
             }
             LeaderMsg::Drain(reply) => self.drain(state, reply),
@@ -133,10 +145,10 @@ impl Actor for Leader {
     ) -> Result<(), ActorProcessingErr> {
         match state.supervision.on_event(&event) {
             Verdict::Restart { key, after, counted, why } => {
-                self.ctx.board.count_restart(sweeper::ID);
-                crate::metrics::restart("sweeper");
+                self.ctx.board.count_restart(key.id());
+                crate::metrics::restart(key.id());
                 if counted {
-                    self.ctx.board.set_error(sweeper::ID, why);
+                    self.ctx.board.set_error(key.id(), why);
                 }
                 if state.leading.is_some() && !state.draining {
                     let generation = state.supervision.arm_respawn(key);
@@ -205,7 +217,9 @@ impl Leader {
                 state.backoff.reset();
                 state.leading = Some(grant);
                 self.ctx.board.set_state(ID, "leading");
-                self.spawn_singleton(me, state, Singleton::Sweeper).await?;
+                for singleton in self.singletons() {
+                    self.spawn_singleton(me, state, singleton).await?;
+                }
             }
             Campaign::Won(..) => {
                 if let Some(lease) = self.ctx.ledger.remove(ID) {
@@ -236,10 +250,24 @@ impl Leader {
         state: &mut LeaderState,
         which: Singleton,
     ) -> Result<(), ActorProcessingErr> {
-        let Singleton::Sweeper = which;
-        let (child, _) = Actor::spawn_linked(None, Sweeper { ctx: self.ctx.clone() }, (), me.get_cell()).await?;
-        state.supervision.adopt(child.get_cell(), which);
+        let (ctx, sup) = (self.ctx.clone(), me.get_cell());
+        let cell = match which {
+            Singleton::Sweeper => Actor::spawn_linked(None, Sweeper { ctx }, (), sup).await?.0.get_cell(),
+            Singleton::OutboundJanitor => {
+                let (config, ports) = ctx.outbound().ok_or("outbound janitor without outbound ports")?;
+                Actor::spawn_linked(None, OutboundJanitor { ctx, config, ports }, (), sup).await?.0.get_cell()
+            }
+        };
+        state.supervision.adopt(cell, which);
         Ok(())
+    }
+
+    fn singletons(&self) -> Vec<Singleton> {
+        let mut all = vec![Singleton::Sweeper];
+        if self.ctx.config.outbound.is_some() {
+            all.push(Singleton::OutboundJanitor);
+        }
+        all
     }
 
     async fn respawn(
@@ -258,7 +286,9 @@ impl Leader {
     fn step_down(&self, state: &mut LeaderState) {
         state.leading = None;
         state.supervision.cancel_respawns();
-        state.supervision.retire(&Singleton::Sweeper, "leadership lost");
+        for singleton in self.singletons() {
+            state.supervision.retire(&singleton, "leadership lost");
+        }
         if let Some(lease) = self.ctx.ledger.remove(ID) {
             self.ctx.release_in_background(vec![lease]);
         }
@@ -269,7 +299,9 @@ impl Leader {
         state.task = None;
         state.leading = None;
         state.supervision.cancel_respawns();
-        state.supervision.retire(&Singleton::Sweeper, "pod draining");
+        for singleton in self.singletons() {
+            state.supervision.retire(&singleton, "pod draining");
+        }
         self.ctx.board.set_state(ID, "drained");
         let ctx = self.ctx.clone();
         state.task = Some(OwnedTask::spawn(async move {

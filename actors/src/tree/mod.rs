@@ -4,9 +4,11 @@
 //!
 //! ```text
 //! Root ── LeaseHeartbeat
-//!      ├─ Leader ── Sweeper (while leading)
+//!      ├─ Leader ── Sweeper, OutboundJanitor (while leading)
 //!      ├─ Channel(cpm) ── Slot(cpm,1) … Slot(cpm,N)
-//!      └─ Channel(csm) ── Slot(csm,1) … Slot(csm,N)
+//!      ├─ Channel(csm) ── Slot(csm,1) … Slot(csm,N)
+//!      ├─ OutboundDispatcher, Confirmer          (when outbound is configured)
+//!      └─ SendChannel(cpm) ── Sender(cpm,1) … Sender(cpm,K)
 //! ```
 
 pub mod channel;
@@ -83,6 +85,14 @@ pub struct DrainReport {
     pub unanswered: usize,
     /// Leases released by force at the deadline.
     pub forced: usize,
+    /// Senders that released their send lease (after finishing the send in flight).
+    pub senders_released: usize,
+    /// Sends in flight that were finished and recorded before the release.
+    pub sends_finished: usize,
+    /// Senders that did not answer within `drain_time`.
+    pub senders_unanswered: usize,
+    /// The dispatcher stopped pulling (a round storing requests finished first).
+    pub dispatcher_stopped: bool,
     pub took_ms: u64,
 }
 
@@ -97,6 +107,9 @@ pub struct Tree {
 impl Tree {
     pub async fn start(config: TreeConfig, ports: Ports) -> Result<Tree, TreeError> {
         config.validate()?;
+        if config.outbound.is_some() && ports.outbound.is_none() {
+            return Err(TreeConfigError { key: "outbound", rule: "the outbound actors need the outbound ports" }.into());
+        }
         let ctx = TreeContext::new(config, ports);
         let (root, join) =
             Actor::spawn(None, Root { ctx: ctx.clone() }, ()).await.map_err(|e| TreeError::Spawn(e.to_string()))?;
@@ -128,7 +141,8 @@ impl Tree {
     }
 
     /// Stops and restarts exactly the actor `id` (`slot/cpm/3`, `channel/cpm`,
-    /// `leader`, `sweeper`, `lease-heartbeat`); its leases are released, siblings run on.
+    /// `leader`, `sweeper`, `lease-heartbeat`, `outbound-dispatcher`, `confirmer`,
+    /// `senders/cpm`, `sender/cpm/1`, `outbound-janitor`); its leases are released, siblings run on.
     pub async fn restart(&self, id: &str) -> Result<(), RestartError> {
         let id = id.to_owned();
         match self.root.call(|reply| RootMsg::Restart { id, reply }, Some(self.control_budget())).await {

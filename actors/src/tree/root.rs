@@ -10,7 +10,8 @@
 //! restarts within `window` make Root fail: the tree ends `Escalated` and the
 //! process exits non-zero so the orchestrator replaces the pod. Operator
 //! restarts are immediate and not counted. While draining nothing restarts.
-//! (OutboundDispatcher and Watchdog will join as Root children.)
+//! With outbound configured, OutboundDispatcher, Confirmer and one SendChannel
+//! per channel are Root children under the same rules. (Watchdog will join.)
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
@@ -20,6 +21,9 @@ use super::heartbeat::{self, HeartbeatMsg, LeaseHeartbeat};
 use super::leader::{self, Leader, LeaderMsg};
 use super::{DrainReport, RestartError, TreeExit, context::TreeContext, sweeper};
 use crate::domain::ChannelId;
+use crate::outbound::confirmer::{self, Confirmer};
+use crate::outbound::dispatcher::{self, DispatcherMsg, OutboundDispatcher};
+use crate::outbound::senders::{SendChannel, SendChannelMsg};
 use crate::slot::DrainOutcome;
 use crate::supervision::{Supervision, Verdict};
 
@@ -28,6 +32,9 @@ pub enum RootChild {
     Heartbeat,
     Leader,
     Channel(ChannelId),
+    Dispatcher,
+    Confirmer,
+    Senders(ChannelId),
 }
 
 impl RootChild {
@@ -36,6 +43,9 @@ impl RootChild {
             RootChild::Heartbeat => heartbeat::ID.into(),
             RootChild::Leader => leader::ID.into(),
             RootChild::Channel(ch) => Channel::id(ch),
+            RootChild::Dispatcher => dispatcher::ID.into(),
+            RootChild::Confirmer => confirmer::ID.into(),
+            RootChild::Senders(ch) => SendChannel::id(ch),
         }
     }
 
@@ -44,6 +54,9 @@ impl RootChild {
             RootChild::Heartbeat => "lease-heartbeat",
             RootChild::Leader => "leader",
             RootChild::Channel(_) => "channel",
+            RootChild::Dispatcher => "outbound-dispatcher",
+            RootChild::Confirmer => "confirmer",
+            RootChild::Senders(_) => "senders",
         }
     }
 
@@ -53,6 +66,8 @@ impl RootChild {
             RootChild::Heartbeat => false,
             RootChild::Leader => owner == leader::ID,
             RootChild::Channel(ch) => owner.starts_with(&format!("slot/{ch}/")),
+            RootChild::Dispatcher | RootChild::Confirmer => false,
+            RootChild::Senders(ch) => owner.starts_with(&format!("sender/{ch}/")),
         }
     }
 }
@@ -86,8 +101,8 @@ impl Actor for Root {
     async fn post_start(&self, me: ActorRef<RootMsg>, state: &mut RootState) -> Result<(), ActorProcessingErr> {
         self.spawn_child(&me, state, RootChild::Heartbeat).await?;
         self.spawn_child(&me, state, RootChild::Leader).await?;
-        for ch in self.ctx.config.channels.clone() {
-            self.spawn_child(&me, state, RootChild::Channel(ch)).await?;
+        for child in self.children().into_iter().skip(2) {
+            self.spawn_child(&me, state, child).await?;
         }
         self.ctx.board.set_state("root", "running");
         Ok(())
@@ -178,6 +193,23 @@ impl Root {
             RootChild::Channel(channel) => {
                 Actor::spawn_linked(None, Channel { channel, ctx }, (), sup).await?.0.get_cell()
             }
+            outbound => {
+                let (config, ports) = ctx.outbound().ok_or("outbound actors without outbound ports")?;
+                match outbound {
+                    RootChild::Dispatcher => {
+                        let actor = OutboundDispatcher { ctx, config, ports };
+                        Actor::spawn_linked(None, actor, (), sup).await?.0.get_cell()
+                    }
+                    RootChild::Confirmer => {
+                        Actor::spawn_linked(None, Confirmer { ctx, config, ports }, (), sup).await?.0.get_cell()
+                    }
+                    RootChild::Senders(channel) => {
+                        let actor = SendChannel { channel, ctx, config, ports };
+                        Actor::spawn_linked(None, actor, (), sup).await?.0.get_cell()
+                    }
+                    _ => unreachable!("matched above"),
+                }
+            }
         };
         state.supervision.adopt(cell, child);
         Ok(())
@@ -198,24 +230,23 @@ impl Root {
             return;
         }
         let c = &self.ctx.config;
-        let own = [RootChild::Heartbeat, RootChild::Leader]
-            .into_iter()
-            .chain(c.channels.iter().map(|ch| RootChild::Channel(*ch)));
-        if let Some(child) = own.into_iter().find(|k| k.id() == id) {
+        if let Some(child) = self.children().into_iter().find(|k| k.id() == id) {
             let ok = state.supervision.stop_for_restart(&child, "operator restart");
             let _ = reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(id)) });
             return;
         }
         let answer = match parse_slot(&id) {
             _ if id == "root" => Err(RestartError::NotRestartable(id)),
-            _ if id == sweeper::ID => match Self::child_ref::<LeaderMsg>(state, RootChild::Leader) {
-                // A mailbox already gone drops the reply port: the caller sees the tree stopping.
-                Some(leader) => {
-                    let _ = leader.send_message(LeaderMsg::RestartSingleton { id, reply });
-                    return;
+            _ if id == sweeper::ID || id == crate::outbound::janitor::ID => {
+                match Self::child_ref::<LeaderMsg>(state, RootChild::Leader) {
+                    // A mailbox already gone drops the reply port: the caller sees the tree stopping.
+                    Some(leader) => {
+                        let _ = leader.send_message(LeaderMsg::RestartSingleton { id, reply });
+                        return;
+                    }
+                    None => Err(RestartError::NotRunning(id)),
                 }
-                None => Err(RestartError::NotRunning(id)),
-            },
+            }
             Some((ch, n)) if c.channels.contains(&ch) && (1..=c.stream_pool.get()).contains(&n) => {
                 match Self::child_ref::<ChannelMsg>(state, RootChild::Channel(ch)) {
                     Some(channel) => {
@@ -225,9 +256,38 @@ impl Root {
                     None => Err(RestartError::NotRunning(id)),
                 }
             }
-            _ => Err(RestartError::UnknownActor(id)),
+            _ => match parse_sender(&id) {
+                Some((ch, n)) if self.runs_sender(ch, n) => {
+                    match Self::child_ref::<SendChannelMsg>(state, RootChild::Senders(ch)) {
+                        Some(senders) => {
+                            let _ = senders.send_message(SendChannelMsg::RestartSender { n, reply });
+                            return;
+                        }
+                        None => Err(RestartError::NotRunning(id)),
+                    }
+                }
+                _ => Err(RestartError::UnknownActor(id)),
+            },
         };
         let _ = reply.send(answer);
+    }
+
+    /// Every child Root runs, in start order.
+    fn children(&self) -> Vec<RootChild> {
+        let c = &self.ctx.config;
+        let mut children = vec![RootChild::Heartbeat, RootChild::Leader];
+        children.extend(c.channels.iter().map(|ch| RootChild::Channel(*ch)));
+        if c.outbound.is_some() {
+            children.extend([RootChild::Dispatcher, RootChild::Confirmer]);
+            children.extend(c.channels.iter().map(|ch| RootChild::Senders(*ch)));
+        }
+        children
+    }
+
+    fn runs_sender(&self, channel: ChannelId, n: u8) -> bool {
+        let c = &self.ctx.config;
+        let per_channel = c.outbound.as_ref().map_or(0, |o| o.senders_per_channel.get());
+        c.channels.contains(&channel) && (1..=per_channel).contains(&n)
     }
 
     fn drain(&self, me: &ActorRef<RootMsg>, state: &mut RootState, reply: RpcReplyPort<DrainReport>) {
@@ -241,9 +301,19 @@ impl Root {
         let leader = Self::child_ref::<LeaderMsg>(state, RootChild::Leader);
         let channels: Vec<ActorRef<ChannelMsg>> =
             self.ctx.config.channels.iter().filter_map(|ch| Self::child_ref(state, RootChild::Channel(*ch))).collect();
+        let outbound = super::drain::OutboundRefs {
+            dispatcher: Self::child_ref::<DispatcherMsg>(state, RootChild::Dispatcher),
+            senders: self
+                .ctx
+                .config
+                .channels
+                .iter()
+                .filter_map(|ch| Self::child_ref::<SendChannelMsg>(state, RootChild::Senders(*ch)))
+                .collect(),
+        };
         let (ctx, me) = (self.ctx.clone(), me.clone());
         tokio::spawn(async move {
-            let report = super::drain::run(ctx, heartbeat, leader, channels).await;
+            let report = super::drain::run(ctx, heartbeat, leader, channels, outbound).await;
             let _ = me.send_message(RootMsg::Drained { report, reply });
         });
     }
@@ -252,6 +322,13 @@ impl Root {
 /// `slot/cpm/3` → (cpm, 3).
 fn parse_slot(id: &str) -> Option<(ChannelId, u8)> {
     let rest = id.strip_prefix("slot/")?;
+    let (ch, n) = rest.split_once('/')?;
+    Some((ch.parse().ok()?, n.parse().ok()?))
+}
+
+/// `sender/cpm/1` → (cpm, 1).
+fn parse_sender(id: &str) -> Option<(ChannelId, u8)> {
+    let rest = id.strip_prefix("sender/")?;
     let (ch, n) = rest.split_once('/')?;
     Some((ch.parse().ok()?, n.parse().ok()?))
 }

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use cabine_actors::domain::{ChannelId, PoolSize, SlotId};
-use cabine_actors::testkit::{FakeIcomSettings, FakeLeaseSettings, FakeSettings, FakeWorld, message};
+use cabine_actors::testkit::{
+    FakeIcomSettings, FakeLeaseSettings, FakeOutboundSettings, FakeSettings, FakeWorld, message,
+};
 use cabine_actors::{ActorStatus, PollMode, RestartPolicy, Tree, TreeConfig, TreeTiming};
 
 pub const CPM: ChannelId = ChannelId::Cpm;
@@ -31,6 +33,7 @@ pub fn settings() -> FakeSettings {
             idle_expiry: Some(ms(60_000)),
         },
         pod_ttl: ms(1500),
+        outbound: FakeOutboundSettings::default(),
     }
 }
 
@@ -61,6 +64,7 @@ pub fn config(pod: &str, slots: u8) -> TreeConfig {
         },
         poll_mode: PollMode::LongPoll,
         restart: RestartPolicy { max_restarts: 3, window: ms(10_000), backoff_base: ms(50), backoff_max: ms(1000) },
+        outbound: None,
     }
 }
 

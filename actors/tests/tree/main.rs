@@ -5,6 +5,7 @@
 mod cluster;
 mod common;
 mod inbound;
+mod outbound;
 mod realtime;
 mod scheduled;
 mod supervision;

@@ -136,6 +136,17 @@ impl PgOutboundStore {
         reference: &ConfirmRef,
         verdict: &SpiVerdict,
     ) -> Result<ConfirmOutcome, OutboundError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        self.verdict_on(&client, reference, verdict).await
+    }
+
+    /// Applies the SPI's verdict on `client` (a pooled connection or the confirmer's transaction).
+    pub(crate) async fn verdict_on<C: GenericClient>(
+        &self,
+        client: &C,
+        reference: &ConfirmRef,
+        verdict: &SpiVerdict,
+    ) -> Result<ConfirmOutcome, OutboundError> {
         let (matches, key) = match reference {
             ConfirmRef::MsgId(m) => ("msg_id = $1", m),
             ConfirmRef::EndToEndId(e) => ("end_to_end_ids @> ARRAY[$1::text]", e),
@@ -152,12 +163,11 @@ impl PgOutboundStore {
             ),
             "status = $4, confirmed_at = now(), claim = NULL, claimed_at = NULL, last_error = prev.note",
         );
-        let changes = self.changes(&sql, &[key, &self.ispb, &note, &status]).await?;
+        let changes = run_changes(client, &sql, &[key, &self.ispb, &note, &status]).await?;
         if let Some(event) = changes.into_iter().find_map(|c| c.event) {
             metrics::counter!("cabine_outbound_verdicts_total", "status" => status).increment(1);
             return Ok(ConfirmOutcome::Applied(event));
         }
-        let client = self.pool.get().await.map_err(pool_error)?;
         let sql = format!("SELECT status FROM outbound WHERE {matches} AND ispb = $2 LIMIT 1");
         let found = client.query_opt(&sql, &[key, &self.ispb]).await.map_err(|e| pg_error(&e))?;
         match found {

@@ -1,0 +1,229 @@
+//! One turn of a holding sender, run in a spawned task that owns the
+//! connection: breaker admission → take ≤ batch_size ready rows (priority,
+//! deadline) → cut to the body budget → draw the batch's cost from the bucket
+//! (a short refill is waited for with the rows in hand) → drop rows past their
+//! deadline → check the lease leaves room for a whole send → POST → record
+//! every outcome (retrying while Postgres is down) → count the call on the
+//! breaker → publish the result events. Rows that are not sent go back to the
+//! queue (`NotSent`, not an attempt). Losing the lease during the POST does
+//! not abort it: it started inside the lease and its outcome is recorded.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::verdict;
+use crate::backoff::Backoff;
+use crate::ledger::HeldLease;
+use crate::metrics;
+use crate::outbound::sender::{TurnEnd, TurnInput, TurnReport};
+use crate::ports::breaker::{Admission, BreakerError, Call, CallOutcome};
+use crate::ports::outbound::{Batch, BatchSize, ClaimToken, OutboundError, ReadyMessage, Recorded, SendResult};
+use crate::ports::outbound_bus::ResultEvent;
+use crate::ports::ratelimit::{BucketError, Draw};
+use crate::ports::{IcomSender, SendRefused};
+
+pub async fn run(input: TurnInput, conn: Box<dyn IcomSender>) -> TurnReport {
+    let started = Instant::now();
+    let mut turn = Turn { input, conn: Some(conn), breaker: None, counted: false };
+    let end = turn.play().await;
+    TurnReport { end, conn: turn.conn, took: started.elapsed(), breaker: turn.breaker }
+}
+
+struct Turn {
+    input: TurnInput,
+    conn: Option<Box<dyn IcomSender>>,
+    breaker: Option<crate::ports::breaker::BreakerState>,
+    /// The admitted call was reported to the breaker.
+    counted: bool,
+}
+
+impl Turn {
+    async fn play(&mut self) -> TurnEnd {
+        let (ports, channel) = (self.input.ports.clone(), self.input.channel);
+        let call = match ports.breaker.admit(channel).await {
+            Ok(Admission::Admit(call)) => call,
+            Ok(Admission::Refused { state, retry_after }) => {
+                self.breaker = Some(state);
+                return TurnEnd::BreakerRefused { state, retry_after };
+            }
+            Err(BreakerError::Unavailable(e)) => return TurnEnd::Backoff(format!("breaker unavailable: {e}")),
+            Err(BreakerError::Fatal(e)) => return TurnEnd::Fatal(format!("breaker: {e}")),
+        };
+        let size =
+            if self.input.single { BatchSize::new(1).unwrap_or(BatchSize::MAX) } else { self.input.config.batch_size };
+        let batch = match ports.store.take_ready(channel, size).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.forget(&call).await;
+                return store_failure("taking ready rows", e);
+            }
+        };
+        self.publish(&batch.expired).await;
+        if batch.messages.is_empty() {
+            self.forget(&call).await;
+            return TurnEnd::Empty;
+        }
+        let end = self.send_batch(batch, &call).await;
+        self.forget(&call).await;
+        end
+    }
+
+    async fn send_batch(&mut self, batch: Batch, call: &Call) -> TurnEnd {
+        let Batch { claim, messages, .. } = batch;
+        let (due, overflow) = verdict::cut(messages, self.input.config.max_batch_bytes);
+        let mut back = verdict::not_sent(&overflow, Duration::ZERO, "cut to fit the body limit");
+        if let Err(end) = self.draw(&due).await {
+            back.extend(verdict::not_sent(&due, end.wait(), &format!("rate bucket: {}", end.label())));
+            return self.give_back(&claim, back, end).await;
+        }
+        let now = self.input.clock.now();
+        let (due, late): (Vec<ReadyMessage>, Vec<ReadyMessage>) = due.into_iter().partition(|m| m.deadline > now);
+        back.extend(verdict::not_sent(&late, Duration::ZERO, "deadline passed before sending"));
+        let mut lease: HeldLease = self.input.lease.clone();
+        if let Err(cause) = lease.ready_for(self.input.lease_budget, Duration::ZERO).await {
+            back.extend(verdict::not_sent(&due, Duration::ZERO, "send lease lost"));
+            return self.give_back(&claim, back, TurnEnd::LeaseLost(format!("send lease: {cause}"))).await;
+        }
+        if due.is_empty() {
+            return self.give_back(&claim, back, TurnEnd::Empty).await;
+        }
+        let raws: Vec<bytes::Bytes> = due.iter().map(|m| m.raw.clone()).collect();
+        let conn = self.conn.as_mut().expect("a turn owns its connection");
+        let sent_at = Instant::now();
+        let reply = match conn.send(&raws).await {
+            Ok(reply) => reply,
+            Err(SendRefused::TooLarge(why)) if due.len() > 1 => {
+                back.extend(verdict::not_sent(&due, Duration::ZERO, "batch over the body limit: splitting"));
+                tracing::warn!(%why, "batch refused before the wire: the next turn sends one message");
+                return self.give_back(&claim, back, TurnEnd::TooLarge).await;
+            }
+            Err(SendRefused::TooLarge(why)) => {
+                back.push((due[0].msg_id.clone(), SendResult::Rejected { status: 413, reason: why }));
+                return self.give_back(&claim, back, TurnEnd::Sent { reply: "too_large", messages: 0 }).await;
+            }
+            Err(SendRefused::Unusable(why)) => {
+                back.extend(verdict::not_sent(&due, Duration::ZERO, "batch unusable"));
+                return self.give_back(&claim, back, TurnEnd::Fatal(format!("batch unusable: {why}"))).await;
+            }
+        };
+        let elapsed = sent_at.elapsed();
+        metrics::send_batch(self.input.channel, reply.label(), due.len(), elapsed);
+        if reply.breaks_connection() {
+            self.conn = None;
+        }
+        let mut outcomes = verdict::outcomes(&reply, &due);
+        outcomes.extend(back);
+        let recorded = match self.record(&claim, &outcomes).await {
+            Ok(recorded) => recorded,
+            Err(end) => return end,
+        };
+        let counted = verdict::call_outcome(&reply, elapsed, self.input.config.slow_call);
+        if let Some(end) = self.count(call, counted).await {
+            return end;
+        }
+        self.publish(&recorded.events).await;
+        match reply {
+            crate::ports::SendReply::RateLimited { retry_after } => {
+                TurnEnd::RateLimited { retry_after: retry_after.unwrap_or(self.input.config.retry_after_default) }
+            }
+            other => TurnEnd::Sent { reply: other.label(), messages: due.len() },
+        }
+    }
+
+    /// Draws the batch's cost, waiting for a short refill; `Err` ends the turn.
+    async fn draw(&mut self, due: &[ReadyMessage]) -> Result<(), TurnEnd> {
+        let (ports, cfg) = (&self.input.ports, &self.input.config);
+        let cost = cfg.costs.of_batch(due.iter().map(|m| m.msg_type.as_str()));
+        let mut waited = Duration::ZERO;
+        loop {
+            match ports.bucket.try_take(self.input.channel, cost).await {
+                Ok(Draw::Taken { .. }) => return Ok(()),
+                Ok(Draw::Wait { retry_after }) if waited + retry_after <= cfg.bucket_wait_max => {
+                    tokio::time::sleep(retry_after).await;
+                    waited += retry_after;
+                }
+                Ok(Draw::Wait { retry_after }) => return Err(TurnEnd::BucketWait { retry_after }),
+                Err(BucketError::Unavailable(e)) => {
+                    return Err(TurnEnd::Backoff(format!("rate bucket unavailable: {e}")));
+                }
+                Err(BucketError::TooCostly { cost, capacity }) if due.len() > 1 => {
+                    tracing::warn!(cost, capacity, "batch costs more than the bucket holds: splitting");
+                    return Err(TurnEnd::TooLarge);
+                }
+                Err(e) => return Err(TurnEnd::Fatal(format!("rate bucket: {e}"))),
+            }
+        }
+    }
+
+    /// Records outcomes, retrying while the store is unavailable (within the patience).
+    async fn record(&mut self, claim: &ClaimToken, outcomes: &[(String, SendResult)]) -> Result<Recorded, TurnEnd> {
+        let (store, cfg, t) = (&self.input.ports.store, &self.input.config, &self.input.timing);
+        let give_up = Instant::now() + cfg.record_patience;
+        let mut backoff = Backoff::new(t.backoff_base, t.backoff_max);
+        loop {
+            match store.record(claim, outcomes).await {
+                Ok(recorded) => return Ok(recorded),
+                Err(OutboundError::Unavailable(e)) => {
+                    let delay = backoff.next_delay().max(t.backoff_base);
+                    if Instant::now() + delay > give_up {
+                        metrics::record_abandoned(self.input.channel, outcomes.len());
+                        tracing::error!(error = %e, claim = %claim.0, "outcomes not recorded: the claim is recovered later");
+                        return Err(TurnEnd::Backoff(format!("outcomes not recorded: {e}")));
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+                Err(OutboundError::Fatal(e)) => return Err(TurnEnd::Fatal(format!("recording outcomes: {e}"))),
+            }
+        }
+    }
+
+    /// Puts rows back (or records local refusals), then ends the turn with `end`.
+    async fn give_back(&mut self, claim: &ClaimToken, outcomes: Vec<(String, SendResult)>, end: TurnEnd) -> TurnEnd {
+        if outcomes.is_empty() {
+            return end;
+        }
+        match self.record(claim, &outcomes).await {
+            Ok(recorded) => {
+                self.publish(&recorded.events).await;
+                end
+            }
+            Err(failure) => failure,
+        }
+    }
+
+    /// Counts the call on the breaker; `Some` ends the turn (fatal).
+    async fn count(&mut self, call: &Call, outcome: CallOutcome) -> Option<TurnEnd> {
+        match self.input.ports.breaker.record(self.input.channel, call, outcome).await {
+            Ok(state) => {
+                self.counted = true;
+                self.breaker = Some(state);
+            }
+            Err(BreakerError::Unavailable(e)) => tracing::warn!(error = %e, "breaker did not count the call"),
+            Err(BreakerError::Fatal(e)) => return Some(TurnEnd::Fatal(format!("breaker: {e}"))),
+        }
+        None
+    }
+
+    /// A call that sent nothing frees its probe admission (a plain call needs no report).
+    async fn forget(&mut self, call: &Call) {
+        if call.is_probe() && !self.counted {
+            let _ = self.count(call, CallOutcome::Ignored).await;
+        }
+    }
+
+    async fn publish(&mut self, events: &[ResultEvent]) {
+        if !events.is_empty()
+            && let Err(e) = self.input.ports.results.publish(events).await
+        {
+            tracing::warn!(error = %e, "result events left for the janitor's sweep");
+        }
+    }
+}
+
+fn store_failure(what: &str, e: OutboundError) -> TurnEnd {
+    match e {
+        OutboundError::Unavailable(m) => TurnEnd::Backoff(format!("{what}: {m}")),
+        OutboundError::Fatal(m) => TurnEnd::Fatal(format!("{what}: {m}")),
+    }
+}
