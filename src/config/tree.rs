@@ -82,7 +82,10 @@ impl Settings {
 pub fn check_tree(s: &Settings) -> Result<(), ConfigError> {
     let t = &s.timing;
     if t.acquire_interval.is_zero() || t.sweep_interval.is_zero() {
-        return Err(ConfigError::invalid("timing.acquire_interval, timing.sweep_interval", "must be greater than zero"));
+        return Err(ConfigError::invalid(
+            "timing.acquire_interval, timing.sweep_interval",
+            "must be greater than zero",
+        ));
     }
     if t.request_margin.is_zero() {
         return Err(ConfigError::invalid("timing.request_margin", "must be greater than zero"));
@@ -129,7 +132,10 @@ mod tests {
         assert_eq!(c.pod_id, "pod-x");
         assert_eq!(c.restart.max_restarts, 7);
         assert_eq!(c.timing.acquire_interval, Duration::from_secs(1));
-        assert_eq!(c.poll_mode, PollMode::Scheduled { cycle: Duration::from_secs(1), stagger: Duration::from_millis(100) });
+        assert_eq!(
+            c.poll_mode,
+            PollMode::Scheduled { cycle: Duration::from_secs(1), stagger: Duration::from_millis(100) }
+        );
         assert_eq!(c.validate(), Ok(()));
     }
 

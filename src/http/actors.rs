@@ -15,7 +15,11 @@ pub async fn tree(State(state): State<AppState>) -> Json<ActorStatus> {
     Json(state.operator.as_ref().map_or_else(ActorStatus::empty_root, |o| o.tree.status()))
 }
 
-pub async fn restart(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Response {
+/// `POST /actors/{id}/restart`; `target` is `{id}/restart` (the id may hold slashes).
+pub async fn restart(State(state): State<AppState>, Path(target): Path<String>, headers: HeaderMap) -> Response {
+    let Some(id) = target.strip_suffix("/restart").filter(|id| !id.is_empty()).map(str::to_owned) else {
+        return answer(StatusCode::NOT_FOUND, "POST /actors/{id}/restart");
+    };
     let Some(operator) = state.operator else {
         return answer(StatusCode::SERVICE_UNAVAILABLE, "the actor tree is not running");
     };

@@ -46,7 +46,8 @@ pub fn router(state: AppState) -> Router {
         .route("/health/ready", get(health::ready))
         .route("/metrics", get(metrics))
         .route("/actors", get(actors::tree))
-        .route("/actors/{id}/restart", post(actors::restart))
+        // Actor ids contain slashes (`slot/cpm/3`): `/actors/{id}/restart` is matched as a catch-all.
+        .route("/actors/{*target}", post(actors::restart))
         .route("/cluster", get(cluster::view))
         .with_state(state)
 }

@@ -87,6 +87,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(crate::EXIT_CONFIG));
         }
     };
+    cabine_actors::metrics::describe();
     let tree = Tree::start(settings.tree_config(&pod_id), adapters.ports()).await.context("starting the actor tree")?;
     let tree = Arc::new(tree);
     let operator = http::Operator {
@@ -129,4 +130,3 @@ async fn migrate_with_retry(pool: &deadpool_postgres::Pool, schema: &str) {
 async fn wait_for(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
-
