@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Serialize;
+use serde_json::json;
 use tokio::time::Instant;
 
 use super::latency::Latency;
@@ -84,13 +85,20 @@ async fn measure(c: &LocalCluster, args: &InboundBenchArgs) -> anyhow::Result<In
     let started = Instant::now();
     let fast = c.sim.control.inject(m, "pacs008").await?;
     let key = |id: &str| format!("99999010:cpm:{id}");
-    wait_consumed(&reader, m, budget).await?;
+    wait_consumed(&reader, m, budget).await;
     let last = reader.with(|a| fast.iter().filter_map(|id| a.first.get(&key(id)).copied()).max());
     let took = last.context("nothing consumed")?.saturating_duration_since(started);
     let msgs_per_s = m as f64 / took.as_secs_f64().max(1e-9);
 
+    let fast_stages = super::stages::scrape(&c.pods).await;
     let sent_at = inject_at_rate(c, m, args.rate).await?;
-    wait_consumed(&reader, 2 * m, budget + Duration::from_secs_f64(m as f64 / args.rate)).await?;
+    wait_consumed(&reader, 2 * m, budget + Duration::from_secs_f64(m as f64 / args.rate)).await;
+    let rate_stages = super::stages::scrape(&c.pods).await;
+    let profile = json!({
+        "fast_run": super::stages::between(&super::stages::Scrape::default(), &fast_stages),
+        "rate_run": super::stages::between(&fast_stages, &rate_stages),
+    });
+    eprintln!("stages {profile}");
     let mut latency = Latency::default();
     reader.with(|a| {
         for (id, at) in &sent_at {
@@ -171,15 +179,17 @@ async fn inject_at_rate(c: &LocalCluster, m: usize, rate: f64) -> anyhow::Result
     Ok(sent_at)
 }
 
-async fn wait_consumed(reader: &BusReader, n: usize, within: Duration) -> anyhow::Result<()> {
+/// Waits for `n` distinct messages on the bus; past `within` the run goes on
+/// and the report shows what is missing (`lost`).
+async fn wait_consumed(reader: &BusReader, n: usize, within: Duration) {
     let deadline = Instant::now() + within;
     while reader.unique() < n {
         if Instant::now() >= deadline {
-            bail!("only {} of {n} messages consumed within {within:?}", reader.unique());
+            tracing::warn!(consumed = reader.unique(), expected = n, ?within, "not everything was consumed in time");
+            return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    Ok(())
 }
 
 /// Waits until every stream slot is held (a fresh cluster waits out its quarantine first).

@@ -7,6 +7,7 @@ pub mod judge;
 pub mod latency;
 pub mod lease;
 pub mod lease_worker;
+pub mod stages;
 
 use std::process::ExitCode;
 
