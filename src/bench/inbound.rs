@@ -62,7 +62,7 @@ fn bench_env() -> Vec<(String, String)> {
 }
 
 pub async fn run(args: &InboundBenchArgs, exe: &Path) -> anyhow::Result<InboundReport> {
-    if args.messages == 0 || args.messages > crate::sim::MAX_INJECT || !(args.rate > 0.0) {
+    if args.messages == 0 || args.messages > crate::sim::MAX_INJECT || !args.rate.is_finite() || args.rate <= 0.0 {
         bail!("--messages must be within 1..={} and --rate > 0", crate::sim::MAX_INJECT);
     }
     crate::install_crypto_provider();
