@@ -40,6 +40,8 @@ pub enum Command {
 pub enum BenchCommand {
     /// Leased slots of one pool of 6 under contention, judged by a server counting concurrent requests.
     Lease(LeaseBenchArgs),
+    /// End to end: simulator + P child pods; M messages as fast as possible, then M at R/s.
+    Inbound(InboundBenchArgs),
     /// One worker process of `bench lease` (started by it).
     #[command(hide = true)]
     LeaseWorker(LeaseWorkerArgs),
@@ -71,6 +73,19 @@ pub struct LeaseBenchArgs {
     /// Run against a private redis-server and restart it (every key gone) during the run.
     #[arg(long)]
     pub restart_redis: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct InboundBenchArgs {
+    /// `cabine run` child processes.
+    #[arg(long, default_value_t = 3)]
+    pub pods: usize,
+    /// Messages per run (the fast run, then the fixed-rate run).
+    #[arg(long, default_value_t = 20_000)]
+    pub messages: usize,
+    /// Injection rate of the fixed-rate run, messages per second.
+    #[arg(long, default_value_t = 1_000.0)]
+    pub rate: f64,
 }
 
 /// What one worker process of `bench lease` runs (the parent passes all of it).

@@ -27,7 +27,13 @@ fn main() -> ExitCode {
         }
         command => {
             cabine::telemetry::init_tracing(&settings.log);
-            match runtime().and_then(|rt| rt.block_on(dispatch(command, settings))) {
+            let outcome = runtime().and_then(|rt| {
+                let outcome = rt.block_on(dispatch(command, settings));
+                // Whatever is still running (probes, client reconnects) must not delay the exit.
+                rt.shutdown_background();
+                outcome
+            });
+            match outcome {
                 Ok(code) => code,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "cabine stopped on an error");

@@ -206,13 +206,20 @@ async fn typed_outcomes_of_stream_reads() {
 async fn oversized_bodies_and_silence_are_bounded() {
     let small = WireLimits { max_body_bytes: 4096, ..WireLimits::ICOM };
     let big = response("200 OK", &[("PI-Pull-Next", PULL), ("PI-ResourceId", "R")], &vec![b'x'; 64 * 1024]);
+    // Framing fine, body over the limit: one malformed message with the bytes read (bounded), acknowledged later.
     let outcome = one_poll(vec![big], small, Duration::from_secs(5)).await;
-    assert!(matches!(&outcome, PollOutcome::Transport(t) if t.contains("max_body_bytes")), "{outcome:?}");
+    let PollOutcome::Messages { batch, pull_next } = outcome else { panic!("{outcome:?}") };
+    assert_eq!((batch.len(), batch[0].resource_id.as_str(), pull_next.as_str()), (1, "R", PULL));
+    assert_eq!(batch[0].raw.len(), small.max_wire_bytes(), "reading stopped at the cap");
+    assert!(batch[0].malformed.as_deref().is_some_and(|r| r.contains("max_body_bytes")));
 
     let bomb = gzip::compress(&vec![b'<'; 1024 * 1024]).unwrap();
     let gz = response("200 OK", &[("PI-Pull-Next", PULL), ("PI-ResourceId", "R"), ("Content-Encoding", "gzip")], &bomb);
     let outcome = one_poll(vec![gz], small, Duration::from_secs(5)).await;
-    assert_eq!(outcome, PollOutcome::Transport(WireError::BodyTooLarge { max: 4096 }.to_string()));
+    let PollOutcome::Messages { batch, .. } = outcome else { panic!("{outcome:?}") };
+    assert_eq!(batch[0].raw, Bytes::from(bomb), "the gzip bytes as received");
+    let reason = batch[0].malformed.as_deref().unwrap_or_default();
+    assert!(reason.starts_with(&WireError::BodyTooLarge { max: 4096 }.to_string()), "{reason}");
 
     let started = std::time::Instant::now();
     assert_eq!(one_poll(vec![Step::Hang], small, Duration::from_millis(300)).await, PollOutcome::Timeout);
@@ -291,14 +298,14 @@ fn requests_and_limit_hits_are_counted() {
             let small = WireLimits { max_body_bytes: 4096, ..WireLimits::ICOM };
             let mut client = endpoint(base, small, Duration::from_secs(5)).connect().unwrap();
             assert!(matches!(client.start().await, PollOutcome::Empty { .. }));
-            assert!(matches!(client.next(PULL).await, PollOutcome::Transport(_)));
+            assert!(matches!(client.next(PULL).await, PollOutcome::Messages { .. }));
             server.abort();
         })
     });
     let text = handle.render();
     for line in [
         r#"cabine_icom_requests_total{channel="cpm",op="start",outcome="empty"} 1"#,
-        r#"cabine_icom_requests_total{channel="cpm",op="next",outcome="transport"} 1"#,
+        r#"cabine_icom_requests_total{channel="cpm",op="next",outcome="messages"} 1"#,
         r#"cabine_icom_wire_limit_total{limit="max_body_bytes"} 1"#,
         r#"cabine_icom_request_seconds_count{channel="cpm",op="start"} 1"#,
     ] {

@@ -88,3 +88,20 @@ pub fn record_abandoned(channel: ChannelId, messages: usize) {
 pub fn outbound_upkeep(job: &'static str, n: usize) {
     metrics::counter!("cabine_outbound_upkeep_total", "job" => job).increment(n as u64);
 }
+
+/// Describes the actors' metrics and shows the restart counters at zero, so
+/// dashboards see every series from the start.
+pub fn describe() {
+    metrics::describe_counter!("cabine_slot_polls_total", "Poll cycles of the stream slots, by outcome.");
+    metrics::describe_histogram!(
+        "cabine_slot_poll_seconds",
+        "One poll cycle: GET, commit, hand-over to the publisher."
+    );
+    metrics::describe_counter!("cabine_inbound_messages_total", "Inbound messages by stage (received, persisted).");
+    metrics::describe_counter!("cabine_actor_restarts_total", "Actors restarted by their supervisor, by kind.");
+    metrics::describe_gauge!("cabine_slots", "Stream slots of this pod holding / on standby, per channel.");
+    metrics::describe_counter!("cabine_leases_lost_total", "Leases this pod lost, by cause.");
+    for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper"] {
+        metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);
+    }
+}

@@ -1,12 +1,15 @@
 //! Benchmarks: programs that print ONE JSON line of figures (never timed tests).
 //! `bench lease` measures the cluster-wide connection budget (leased slots);
-//! `bench sim` the ICOM simulator's throughput through the real client.
+//! `bench sim` the ICOM simulator's throughput through the real client;
+//! `bench inbound` the whole inbound pipeline of a local cluster.
 
+pub mod inbound;
 pub mod judge;
 pub mod latency;
 pub mod lease;
 pub mod lease_worker;
 pub mod sim;
+pub mod stages;
 
 use std::process::ExitCode;
 
@@ -21,6 +24,11 @@ pub async fn run(command: BenchCommand, settings: Settings) -> anyhow::Result<Ex
         BenchCommand::Lease(args) => {
             let exe = std::env::current_exe().context("locating the cabine binary")?;
             let report = lease::run(&lease::LeaseBench::from_args(&args), &exe, &settings).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        BenchCommand::Inbound(args) => {
+            let exe = std::env::current_exe().context("locating the cabine binary")?;
+            let report = inbound::run(&args, &exe).await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         BenchCommand::LeaseWorker(args) => lease_worker::run(args, &settings).await?,

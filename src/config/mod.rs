@@ -8,6 +8,7 @@
 mod invariants;
 mod outbound;
 mod secret;
+mod tree;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ pub use outbound::{
     BreakerSettings, BucketChannelSettings, BucketSettings, DeadlineSettings, OutboundSettings, minutes_of_day,
 };
 pub use secret::Secret;
+pub use tree::{PollModeName, PollingSettings, RestartSettings};
 
 /// The defaults, compiled in so the binary runs from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
@@ -57,6 +59,8 @@ pub struct Settings {
     pub icom: IcomSettings,
     pub pools: PoolSettings,
     pub timing: TimingSettings,
+    pub polling: PollingSettings,
+    pub restart: RestartSettings,
     pub outbound: OutboundSettings,
 }
 
@@ -225,6 +229,18 @@ pub struct TimingSettings {
     #[serde(with = "humantime_serde")]
     pub processing_timeout: Duration,
     pub poison_attempts: u32,
+    /// A stream request starts only while the lease is valid for `long_poll_timeout + request_margin`.
+    #[serde(with = "humantime_serde")]
+    pub request_margin: Duration,
+    /// How often a standby slot (and the leader campaign) tries to acquire.
+    #[serde(with = "humantime_serde")]
+    pub acquire_interval: Duration,
+    /// Long-poll mode: least time between two polls after an immediate 204.
+    #[serde(with = "humantime_serde")]
+    pub empty_poll_floor: Duration,
+    /// Period of the leader's republish sweep.
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
 }
 
 impl TimingSettings {

@@ -2,15 +2,21 @@
 //! child pods that report where they listen. Used by the benchmarks, the
 //! integration tests and `ops/up`, so that all three start pods the same way.
 
+mod bus_reader;
+pub mod cluster;
 mod pod;
 mod redis_server;
+mod sim_process;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use bus_reader::{Arrivals, BusReader};
+pub use cluster::{ClusterError, ClusterSpec, LocalCluster};
 pub use pod::{Pod, PodError};
 pub use redis_server::{RedisServer, RedisServerError, delete_keys_under};
+pub use sim_process::{SimControl, SimProcess, SimProcessError};
 
 /// A name no other test or run on this machine uses: `{tag}_{pid}_{n}_{nanos}`, lowercase.
 pub fn unique_name(tag: &str) -> String {

@@ -1,6 +1,9 @@
-//! The status server (axum): health, readiness, Prometheus metrics and the
-//! actor tree. Operator endpoints that change things require the admin token.
+//! The status server (axum): health, readiness, Prometheus metrics, the actor
+//! tree (`/actors`), the cluster view (`/cluster`) and the operator restart of
+//! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`).
 
+mod actors;
+mod cluster;
 mod health;
 
 use std::net::SocketAddr;
@@ -9,11 +12,14 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::State;
 use axum::response::IntoResponse;
-use axum::routing::get;
-use cabine_actors::ActorStatus;
+use axum::routing::{get, post};
+use cabine_actors::Tree;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
+pub use cluster::{ClusterSource, ClusterView};
+
+use crate::config::Secret;
 use crate::readiness::Readiness;
 
 /// What every handler may read.
@@ -21,7 +27,17 @@ use crate::readiness::Readiness;
 pub struct AppState {
     pub readiness: Readiness,
     pub metrics: PrometheusHandle,
-    pub actors: Arc<dyn Fn() -> ActorStatus + Send + Sync>,
+    /// The running pod's tree and cluster view; `None` before the tree exists.
+    pub operator: Option<Operator>,
+}
+
+/// The handles the operator endpoints act through.
+#[derive(Clone)]
+pub struct Operator {
+    pub tree: Arc<Tree>,
+    pub cluster: Arc<ClusterSource>,
+    /// Bearer token of the endpoints that change things.
+    pub admin_token: Secret,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -29,7 +45,10 @@ pub fn router(state: AppState) -> Router {
         .route("/health/live", get(health::live))
         .route("/health/ready", get(health::ready))
         .route("/metrics", get(metrics))
-        .route("/actors", get(actors))
+        .route("/actors", get(actors::tree))
+        // Actor ids contain slashes (`slot/cpm/3`): `/actors/{id}/restart` is matched as a catch-all.
+        .route("/actors/{*target}", post(actors::restart))
+        .route("/cluster", get(cluster::view))
         .with_state(state)
 }
 
@@ -48,8 +67,4 @@ pub async fn serve(
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
-}
-
-async fn actors(State(state): State<AppState>) -> impl IntoResponse {
-    axum::Json((state.actors)())
 }

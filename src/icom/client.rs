@@ -121,8 +121,8 @@ impl IcomClient {
         let cap = self.endpoint.settings.limits.max_wire_bytes();
         let exchange = async {
             let mut response = request.send().await.map_err(transport)?;
-            let body = read_capped(&mut response, cap).await?;
-            Ok(Reply { status: response.status(), headers: std::mem::take(response.headers_mut()), body })
+            let (body, over_limit) = read_capped(&mut response, cap).await?;
+            Ok(Reply { status: response.status(), headers: std::mem::take(response.headers_mut()), body, over_limit })
         };
         tokio::time::timeout(timeout, exchange).await.unwrap_or(Err(Failure::Timeout))
     }
@@ -170,21 +170,26 @@ pub fn describe_metrics() {
     );
 }
 
-/// Reads the body, refusing (before reading) a declared length over `cap` and
-/// stopping as soon as the bytes read pass it.
-async fn read_capped(response: &mut reqwest::Response, cap: usize) -> Result<Bytes, Failure> {
-    let too_large = || Failure::Transport(WireError::BodyTooLarge { max: cap }.counted().to_string());
-    if response.content_length().is_some_and(|len| len > cap as u64) {
-        return Err(too_large());
-    }
+/// Reads the body up to `cap` bytes. A longer body (declared or read) is not
+/// read further: the bytes so far come back with `over_limit`, and dropping the
+/// response closes the connection.
+async fn read_capped(response: &mut reqwest::Response, cap: usize) -> Result<(Bytes, bool), Failure> {
+    let declared_over = response.content_length().is_some_and(|len| len > cap as u64);
     let mut body = BytesMut::new();
     while let Some(chunk) = response.chunk().await.map_err(transport)? {
-        if body.len() + chunk.len() > cap {
-            return Err(too_large());
+        let room = cap - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            WireError::BodyTooLarge { max: cap }.counted();
+            return Ok((body.freeze(), true));
         }
         body.extend_from_slice(&chunk);
+        if declared_over && body.len() == cap {
+            WireError::BodyTooLarge { max: cap }.counted();
+            return Ok((body.freeze(), true));
+        }
     }
-    Ok(body.freeze())
+    Ok((body.freeze(), false))
 }
 
 fn transport(e: reqwest::Error) -> Failure {

@@ -30,6 +30,21 @@ pub fn decompress(gz: &[u8], max: usize) -> Result<Vec<u8>, WireError> {
     Ok(out)
 }
 
+/// The first `max` inflated bytes of `gz`, as far as it can be read (errors end it).
+pub fn inflate_prefix(gz: &[u8], max: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(gz.len().saturating_mul(4).min(max));
+    let cap = u64::try_from(max).unwrap_or(u64::MAX);
+    let mut reader = MultiGzDecoder::new(gz).take(cap);
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

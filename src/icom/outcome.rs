@@ -35,7 +35,10 @@ pub enum SendOutcome {
 pub struct Reply {
     pub status: StatusCode,
     pub headers: HeaderMap,
+    /// At most the wire cap (`WireLimits::max_wire_bytes`) of the body.
     pub body: Bytes,
+    /// The body was longer than the cap: `body` holds its first bytes only.
+    pub over_limit: bool,
 }
 
 impl Reply {
@@ -63,6 +66,9 @@ pub enum StreamOp {
 
 /// 200 → batch, 204 → empty, 429 → too many streams (start) / rate limited
 /// (next), 404/410 → unknown stream (next), 5xx → server error, else rejected.
+/// A 200 whose framing is fine (PI-Pull-Next) but whose body breaks a limit or
+/// cannot be read is still a batch: one malformed message, so it is persisted
+/// and acknowledged instead of wedging the stream.
 pub fn poll_outcome(op: StreamOp, reply: Reply, limits: &WireLimits) -> PollOutcome {
     let status = reply.status.as_u16();
     match status {
@@ -96,7 +102,12 @@ fn stream_reply(reply: Reply, limits: &WireLimits) -> Result<PollOutcome, WireEr
         content_encoding: reply.header(header::CONTENT_ENCODING.as_str()),
         resource_id: reply.header(RESOURCE_ID),
     };
-    let batch = inbound::decode_batch(head, reply.body.clone(), limits)?;
+    let batch = if reply.over_limit {
+        let e = WireError::BodyTooLarge { max: limits.max_wire_bytes() };
+        vec![inbound::unreadable(head, reply.body.clone(), &e, limits)]
+    } else {
+        inbound::read_batch(head, reply.body.clone(), limits)
+    };
     Ok(PollOutcome::Messages { batch, pull_next })
 }
 
@@ -141,7 +152,12 @@ mod tests {
         for (k, v) in headers {
             map.insert(*k, HeaderValue::from_str(v).unwrap());
         }
-        Reply { status: StatusCode::from_u16(status).unwrap(), headers: map, body: Bytes::from_static(body) }
+        Reply {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers: map,
+            body: Bytes::from_static(body),
+            over_limit: false,
+        }
     }
 
     const PROBLEM: &[u8] = b"<problem xmlns=\"urn:ietf:rfc:7807\"><type>x/error/invalidHeader</type></problem>";
@@ -183,7 +199,24 @@ mod tests {
         assert!(batch[0].malformed.is_some(), "unparseable XML is kept, marked malformed");
         assert_eq!(&batch[0].raw[..], b"<x");
         let no_id = poll_outcome(StreamOp::Next, reply(200, &[NEXT], b"<x/>"), &WireLimits::ICOM);
-        assert!(matches!(no_id, PollOutcome::Transport(ref t) if t.contains("PI-ResourceId")), "{no_id:?}");
+        let PollOutcome::Messages { batch, .. } = no_id else { panic!("{no_id:?}") };
+        assert_eq!(batch[0].resource_id, "", "the inbox keys it by content");
+        assert!(batch[0].malformed.as_deref().is_some_and(|r| r.contains("PI-ResourceId")));
+    }
+
+    #[test]
+    fn a_body_over_the_limit_is_one_malformed_message_not_a_transport_failure() {
+        let small = WireLimits { max_body_bytes: 8, ..WireLimits::ICOM };
+        let mut big = reply(200, &[NEXT, ("pi-resourceid", "R7")], b"<Envelope>too long</Envelope>");
+        let got = poll_outcome(StreamOp::Next, reply(200, &[NEXT, ("pi-resourceid", "R7")], b"<Envelope>x"), &small);
+        let PollOutcome::Messages { batch, pull_next } = got else { panic!("{got:?}") };
+        assert_eq!((batch.len(), batch[0].resource_id.as_str(), pull_next.as_str()), (1, "R7", NEXT.1));
+        assert!(batch[0].malformed.as_deref().is_some_and(|r| r.contains("max_body_bytes")), "{batch:?}");
+        big.over_limit = true;
+        let got = poll_outcome(StreamOp::Next, big, &WireLimits::ICOM);
+        let PollOutcome::Messages { batch, .. } = got else { panic!("{got:?}") };
+        assert_eq!(&batch[0].raw[..], b"<Envelope>too long</Envelope>", "the bytes read are kept");
+        assert!(batch[0].malformed.as_deref().is_some_and(|r| r.contains("max_body_bytes")));
     }
 
     #[test]

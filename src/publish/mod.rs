@@ -13,7 +13,7 @@ mod series;
 mod sql;
 mod sweep;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cabine_actors::ports::{CommittedRow, InboundPublisher, PublishError};
@@ -37,10 +37,11 @@ struct Queued {
 
 /// [`InboundPublisher`] on JetStream for one ISPB.
 pub struct JetStreamPublisher {
-    queue: mpsc::Sender<Queued>,
+    /// `None` once closed: rows handed over after that are left to the sweep.
+    queue: RwLock<Option<mpsc::Sender<Queued>>>,
     bus: Arc<InboundBus>,
     page: usize,
-    drain: JoinHandle<()>,
+    drain: Mutex<Option<JoinHandle<()>>>,
     _lag_probe: DropGuard,
 }
 
@@ -63,7 +64,13 @@ impl JetStreamPublisher {
         let drain = tokio::spawn(drain(bus.clone(), rx, nats.publish_batch));
         let stop = CancellationToken::new();
         tokio::spawn(probe_lag(bus.clone(), nats.lag_probe_interval, stop.clone()));
-        JetStreamPublisher { queue, bus, page: nats.publish_batch, drain, _lag_probe: stop.drop_guard() }
+        JetStreamPublisher {
+            queue: RwLock::new(Some(queue)),
+            bus,
+            page: nats.publish_batch,
+            drain: Mutex::new(Some(drain)),
+            _lag_probe: stop.drop_guard(),
+        }
     }
 
     /// Age of the oldest committed row not yet on the bus (also sets the gauge).
@@ -77,10 +84,11 @@ impl JetStreamPublisher {
     }
 
     /// Stops taking rows and publishes what is queued, for at most `within`.
-    /// Returns false when time ran out (the rest is left to the sweep).
-    pub async fn close(self, within: Duration) -> bool {
-        let JetStreamPublisher { queue, mut drain, .. } = self;
-        drop(queue);
+    /// Returns false when time ran out (the rest is left to the sweep). Shared
+    /// handles stay usable: rows handed over after the close are counted as deferred.
+    pub async fn close(&self, within: Duration) -> bool {
+        drop(self.queue.write().unwrap_or_else(|p| p.into_inner()).take());
+        let Some(mut drain) = self.drain.lock().unwrap_or_else(|p| p.into_inner()).take() else { return true };
         match tokio::time::timeout(within, &mut drain).await {
             Ok(_) => true,
             Err(_) => {
@@ -90,22 +98,31 @@ impl JetStreamPublisher {
         }
     }
 
-    fn record_depth(&self) {
-        let depth = self.queue.max_capacity() - self.queue.capacity();
-        metrics::gauge!(m::QUEUE_DEPTH).set(depth as f64);
+    fn sender(&self) -> Option<mpsc::Sender<Queued>> {
+        self.queue.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
+}
+
+fn record_depth(queue: &mpsc::Sender<Queued>) {
+    let depth = queue.max_capacity() - queue.capacity();
+    metrics::gauge!(m::QUEUE_DEPTH).set(depth as f64);
 }
 
 #[async_trait::async_trait]
 impl InboundPublisher for JetStreamPublisher {
     async fn committed(&self, rows: Vec<CommittedRow>) {
         let at = Instant::now();
-        for row in rows.into_iter().filter(|r| r.message.malformed.is_none()) {
-            if self.queue.send(Queued { row, at }).await.is_err() {
+        let rows = rows.into_iter().filter(|r| r.message.malformed.is_none());
+        let Some(queue) = self.sender() else {
+            metrics::counter!(m::DEFERRED).increment(rows.count() as u64);
+            return;
+        };
+        for row in rows {
+            if queue.send(Queued { row, at }).await.is_err() {
                 metrics::counter!(m::DEFERRED).increment(1);
             }
         }
-        self.record_depth();
+        record_depth(&queue);
     }
 
     async fn sweep(&self, older_than: Duration) -> Result<usize, PublishError> {

@@ -1,13 +1,20 @@
-//! `cabine run` and `cabine migrate`: connect the dependencies, serve status,
-//! and stop cleanly on SIGTERM / Ctrl-C (a second signal exits at once).
+//! `cabine run` and `cabine migrate`: connect the dependencies, build the
+//! adapters and start the supervision tree, serve status and the operator
+//! endpoints, and stop as [`stop`] describes.
+
+mod adapters;
+pub mod stop;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
-use cabine_actors::ActorStatus;
+use cabine_actors::Tree;
 use tokio::sync::watch;
+
+pub use adapters::Adapters;
+pub use stop::shutdown_signal;
 
 use crate::config::Settings;
 use crate::readiness::{DependencyProbe, Readiness};
@@ -53,7 +60,8 @@ async fn connect_nats_now(settings: &Settings) -> anyhow::Result<async_nats::Cli
     Ok(client)
 }
 
-/// `cabine run`: one pod, until a signal.
+/// `cabine run`: one pod, until a signal (exit 0 after a clean drain) or until
+/// its tree gives up (exit 70).
 pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let settings = Arc::new(settings);
     let pod_id = settings.pod_id();
@@ -72,28 +80,34 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     };
     readiness::spawn_probe_loop(probe, readiness.clone(), settings.http.probe_interval);
 
+    let adapters = match Adapters::build(&settings, &deps, &pod_id) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(crate::EXIT_CONFIG));
+        }
+    };
+    cabine_actors::metrics::describe();
+    let tree = Tree::start(settings.tree_config(&pod_id), adapters.ports()).await.context("starting the actor tree")?;
+    let tree = Arc::new(tree);
+    let operator = http::Operator {
+        tree: tree.clone(),
+        cluster: Arc::new(adapters.cluster_source(&settings, &deps)),
+        admin_token: settings.http.admin_token.clone(),
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let state = http::AppState { readiness: readiness.clone(), metrics, actors: Arc::new(ActorStatus::empty_root) };
+    let state = http::AppState { readiness: readiness.clone(), metrics, operator: Some(operator) };
     let (addr, server) =
         http::serve(settings.http.bind, state, wait_for(stop_rx)).await.context("binding http.bind")?;
     // First stdout line: where this pod listens (scripts and tests read it).
     println!("{}", serde_json::json!({"event": "listening", "http": addr.to_string(), "pod_id": pod_id}));
     tracing::info!(%addr, %pod_id, version = crate::VERSION, commit = crate::GIT_COMMIT, "cabine pod started");
 
-    shutdown_signal().await;
-    tracing::info!("stop requested: readiness is now 503, draining");
-    readiness.set_stopping();
-    tokio::spawn(async {
-        shutdown_signal().await;
-        tracing::warn!("second stop signal: exiting at once");
-        std::process::exit(130);
-    });
+    let cause = stop::wait_for_stop(&tree).await;
+    let code = stop::stop(cause, &tree, &adapters.publisher, &readiness, settings.timing.stop_timeout).await;
     let _ = stop_tx.send(true);
-    match tokio::time::timeout(settings.timing.stop_timeout, server).await {
-        Ok(_) => tracing::info!("stopped cleanly"),
-        Err(_) => tracing::warn!(timeout = ?settings.timing.stop_timeout, "stop timeout elapsed"),
-    }
-    Ok(ExitCode::SUCCESS)
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), server).await;
+    Ok(code)
 }
 
 /// Applies migrations at start, retrying with backoff while Postgres is unreachable.
@@ -115,15 +129,4 @@ async fn migrate_with_retry(pool: &deadpool_postgres::Pool, schema: &str) {
 
 async fn wait_for(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term.recv() => {}
-    }
 }

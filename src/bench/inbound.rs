@@ -1,0 +1,224 @@
+//! `cabine bench inbound`: the inbound pipeline end to end on one machine. A
+//! child simulator and P child pods (own schema, key prefix, subjects) run
+//! while this process reads the JetStream stream independently. M messages are
+//! injected at once (throughput: injection start → last one consumed), then M
+//! at R/s, each inject call's send time recorded per ResourceId (latency:
+//! inject → consumed). One JSON line, with the simulator's audit and the
+//! inbox's counts over both runs.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::latency::Latency;
+use crate::cli::InboundBenchArgs;
+use crate::harness::{BusReader, ClusterSpec, LocalCluster, cluster};
+
+/// The JSON line.
+#[derive(Debug, Serialize)]
+pub struct InboundReport {
+    pub pods: usize,
+    pub messages: usize,
+    pub rate: f64,
+    /// Fast run: M / (injection start → last message consumed).
+    pub msgs_per_s: f64,
+    /// Fixed-rate run: inject → consumed.
+    pub lat_p50_ms: f64,
+    pub lat_p99_ms: f64,
+    pub lat_max_ms: f64,
+    pub injected: u64,
+    pub persisted: i64,
+    pub published: i64,
+    pub consumed_unique: usize,
+    pub lost: usize,
+    pub duplicate_rows: i64,
+    pub max_open_streams: u64,
+    pub max_in_flight: u64,
+    pub rejected_429: u64,
+    pub rss_mb_max: f64,
+}
+
+/// Timings of the bench's pods: a lease of 4 s (a fresh cluster waits lease + lock_delay once).
+fn bench_env() -> Vec<(String, String)> {
+    cluster::pairs(&[
+        ("CABINE__TIMING__LEASE", "4s"),
+        ("CABINE__TIMING__HEARTBEAT", "1s"),
+        ("CABINE__TIMING__DRIFT_MARGIN", "200ms"),
+        ("CABINE__TIMING__LONG_POLL_TIMEOUT", "2s"),
+        ("CABINE__TIMING__SEND_TIMEOUT", "2s"),
+        ("CABINE__TIMING__LOCK_DELAY", "2s"),
+        ("CABINE__TIMING__ACQUIRE_INTERVAL", "250ms"),
+        ("CABINE__TIMING__DRAIN_TIME", "1s"),
+        ("CABINE__TIMING__STOP_TIMEOUT", "3s"),
+        ("CABINE__TIMING__REPUBLISH_AFTER", "5s"),
+        ("CABINE__TIMING__SWEEP_INTERVAL", "1s"),
+        ("CABINE__LOG__FILTER", "warn"),
+    ])
+}
+
+pub async fn run(args: &InboundBenchArgs, exe: &Path) -> anyhow::Result<InboundReport> {
+    if args.messages == 0 || args.messages > crate::sim::MAX_INJECT || !args.rate.is_finite() || args.rate <= 0.0 {
+        bail!("--messages must be within 1..={} and --rate > 0", crate::sim::MAX_INJECT);
+    }
+    crate::install_crypto_provider();
+    let sim_args = ["--hold", "1s", "--seed", "1"].map(str::to_owned).to_vec();
+    let spec = ClusterSpec { tag: "bench_inbound".into(), pods: args.pods.max(1), env: bench_env(), sim_args };
+    let c = LocalCluster::start(exe, spec).await.context("starting the local cluster")?;
+    let outcome = measure(&c, args).await;
+    c.cleanup().await;
+    outcome
+}
+
+async fn measure(c: &LocalCluster, args: &InboundBenchArgs) -> anyhow::Result<InboundReport> {
+    wait_all_held(c).await?;
+    let reader = BusReader::start(c.nats.clone(), &c.settings.nats.inbound_stream, &c.inbound_filter())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let m = args.messages;
+    let budget = Duration::from_secs(60) + Duration::from_secs_f64(m as f64 / 500.0);
+
+    let started = Instant::now();
+    let fast = c.sim.control.inject(m, "pacs008").await?;
+    let key = |id: &str| format!("99999010:cpm:{id}");
+    wait_consumed(&reader, m, budget).await;
+    let last = reader.with(|a| fast.iter().filter_map(|id| a.first.get(&key(id)).copied()).max());
+    let took = last.context("nothing consumed")?.saturating_duration_since(started);
+    let msgs_per_s = m as f64 / took.as_secs_f64().max(1e-9);
+
+    let fast_stages = super::stages::scrape(&c.pods).await;
+    let sent_at = inject_at_rate(c, m, args.rate).await?;
+    wait_consumed(&reader, 2 * m, budget + Duration::from_secs_f64(m as f64 / args.rate)).await;
+    let rate_stages = super::stages::scrape(&c.pods).await;
+    let profile = json!({
+        "fast_run": super::stages::between(&super::stages::Scrape::default(), &fast_stages),
+        "rate_run": super::stages::between(&fast_stages, &rate_stages),
+    });
+    eprintln!("stages {profile}");
+    let mut latency = Latency::default();
+    reader.with(|a| {
+        for (id, at) in &sent_at {
+            if let Some(got) = a.first.get(&key(id)) {
+                latency.record(got.saturating_duration_since(*at));
+            }
+        }
+    });
+
+    let all: Vec<String> = fast.into_iter().chain(sent_at.into_keys()).collect();
+    report(c, args, &reader, &all, msgs_per_s, &latency).await
+}
+
+async fn report(
+    c: &LocalCluster,
+    args: &InboundBenchArgs,
+    reader: &BusReader,
+    all: &[String],
+    msgs_per_s: f64,
+    latency: &Latency,
+) -> anyhow::Result<InboundReport> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while c.inbox_count("published_at IS NULL").await.unwrap_or(1) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lost = reader.with(|a| all.iter().filter(|id| !a.first.contains_key(&format!("99999010:cpm:{id}"))).count());
+    let audit = c.sim.control.get("/sim/audit").await?;
+    let lanes = audit["lanes"].as_array().cloned().unwrap_or_default();
+    let peak = |k: &str| lanes.iter().filter_map(|l| l[k].as_u64()).max().unwrap_or(0);
+    let sum = |k: &str| lanes.iter().filter_map(|l| l[k].as_u64()).sum::<u64>();
+    let ms = |q: f64| latency.quantile_us(q) as f64 / 1000.0;
+    Ok(InboundReport {
+        pods: c.pods.len(),
+        messages: args.messages,
+        rate: args.rate,
+        msgs_per_s: (msgs_per_s * 10.0).round() / 10.0,
+        lat_p50_ms: ms(0.50),
+        lat_p99_ms: ms(0.99),
+        lat_max_ms: ms(1.0),
+        injected: sum("injected"),
+        persisted: c.inbox_count("true").await?,
+        published: c.inbox_count("published_at IS NOT NULL").await?,
+        consumed_unique: reader.unique(),
+        lost,
+        duplicate_rows: duplicate_rows(c).await?,
+        max_open_streams: peak("max_open_streams"),
+        max_in_flight: peak("max_in_flight"),
+        rejected_429: sum("rejected_429"),
+        rss_mb_max: c.pods.iter().filter_map(|p| p.child.id()).map(peak_rss_mb).fold(0.0, f64::max),
+    })
+}
+
+/// Rows beyond one per message: a message stored twice under two keys shows here
+/// (the unique key itself makes a second row per ResourceId impossible).
+async fn duplicate_rows(c: &LocalCluster) -> anyhow::Result<i64> {
+    let conn = c.postgres.get().await?;
+    let sql = "SELECT count(*) - count(DISTINCT COALESCE(biz_msg_id, resource_id)) FROM inbox";
+    Ok(conn.query_one(sql, &[]).await?.get(0))
+}
+
+/// Injects `m` messages at `rate` per second in 5 ms steps; ResourceId → time the inject call was sent.
+async fn inject_at_rate(c: &LocalCluster, m: usize, rate: f64) -> anyhow::Result<HashMap<String, Instant>> {
+    let mut sent_at = HashMap::with_capacity(m);
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while sent_at.len() < m {
+        tick.tick().await;
+        let due = ((started.elapsed().as_secs_f64() * rate) as usize).min(m);
+        if due <= sent_at.len() {
+            continue;
+        }
+        let at = Instant::now();
+        for id in c.sim.control.inject(due - sent_at.len(), "pacs008").await? {
+            sent_at.insert(id, at);
+        }
+    }
+    Ok(sent_at)
+}
+
+/// Waits for `n` distinct messages on the bus; past `within` the run goes on
+/// and the report shows what is missing (`lost`).
+async fn wait_consumed(reader: &BusReader, n: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while reader.unique() < n {
+        if Instant::now() >= deadline {
+            tracing::warn!(consumed = reader.unique(), expected = n, ?within, "not everything was consumed in time");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until every stream slot is held (a fresh cluster waits out its quarantine first).
+async fn wait_all_held(c: &LocalCluster) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let slots = usize::from(c.settings.pools.stream.get());
+    loop {
+        let view = c.pod_json(0, "/cluster").await?;
+        let held = view["holders"]
+            .as_array()
+            .and_then(|pools| pools.iter().find(|p| p["pool"] == "stream"))
+            .and_then(|p| p["holders"].as_array().map(Vec::len))
+            .unwrap_or(0);
+        if held == slots {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("only {held} of {slots} stream slots held after 30 s: {view}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Peak resident set (VmHWM) of a process, in MiB; 0 when unreadable.
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| (kb / 1024.0 * 10.0).round() / 10.0)
+}

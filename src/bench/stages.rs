@@ -1,0 +1,103 @@
+//! Per-stage timings of `bench inbound`, from the pods' own histograms: each
+//! pod's `/metrics` is scraped before and after a run, the bucket counts of the
+//! stage histograms are summed over pods and subtracted, and p50 / p99 are read
+//! off the buckets (as upper bounds). Printed on stderr beside the JSON line,
+//! to say what bounds the pipeline.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::harness::Pod;
+
+/// The histograms of the inbound path, in pipeline order.
+const STAGES: [&str; 5] = [
+    "cabine_icom_request_seconds",
+    "cabine_inbox_commit_seconds",
+    "cabine_slot_poll_seconds",
+    "cabine_inbound_publication_lag_seconds",
+    "cabine_redis_round_trip_seconds",
+];
+
+/// Series (name and labels without `le`) → cumulative count per bucket bound.
+#[derive(Default)]
+pub struct Scrape(BTreeMap<String, BTreeMap<u64, f64>>);
+
+/// Sums every pod's stage histograms.
+pub async fn scrape(pods: &[Pod]) -> Scrape {
+    let mut total = Scrape::default();
+    for pod in pods {
+        let Ok(r) = reqwest::get(format!("http://{}/metrics", pod.http)).await else { continue };
+        let Ok(text) = r.text().await else { continue };
+        for line in text.lines() {
+            if let Some((key, le, count)) = bucket_line(line) {
+                *total.0.entry(key).or_default().entry(le).or_default() += count;
+            }
+        }
+    }
+    total
+}
+
+/// `name_bucket{a="x",le="0.005"} 12` → (`name{a="x"}`, 5000 µs, 12).
+fn bucket_line(line: &str) -> Option<(String, u64, f64)> {
+    let (series, count) = line.rsplit_once(' ')?;
+    let name = STAGES.iter().find(|s| series.starts_with(&format!("{s}_bucket{{")))?;
+    let labels = series.strip_prefix(&format!("{name}_bucket{{"))?.strip_suffix('}')?;
+    let mut kept = Vec::new();
+    let mut le = None;
+    for label in labels.split(',') {
+        match label.strip_prefix("le=\"").and_then(|v| v.strip_suffix('"')) {
+            Some(v) => le = Some(v),
+            None => kept.push(label),
+        }
+    }
+    let le = match le? {
+        "+Inf" => u64::MAX,
+        v => (v.parse::<f64>().ok()? * 1e6) as u64,
+    };
+    Some((format!("{name}{{{}}}", kept.join(",")), le, count.parse().ok()?))
+}
+
+/// `{series: {count, p50_ms, p99_ms}}` of what happened between `before` and `after`.
+pub fn between(before: &Scrape, after: &Scrape) -> Value {
+    let mut out = serde_json::Map::new();
+    for (key, buckets) in &after.0 {
+        let old = before.0.get(key);
+        let diff: Vec<(u64, f64)> =
+            buckets.iter().map(|(le, n)| (*le, n - old.and_then(|o| o.get(le)).copied().unwrap_or(0.0))).collect();
+        let count = diff.last().map_or(0.0, |(_, n)| *n);
+        if count < 1.0 {
+            continue;
+        }
+        let at = |q: f64| {
+            let rank = q * count;
+            diff.iter()
+                .find(|(_, n)| *n >= rank)
+                .map(|(le, _)| if *le == u64::MAX { -1.0 } else { *le as f64 / 1000.0 })
+        };
+        out.insert(key.clone(), json!({ "count": count, "p50_le_ms": at(0.5), "p99_le_ms": at(0.99) }));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_parsed_and_subtracted() {
+        let line = r#"cabine_inbox_commit_seconds_bucket{le="0.005"} 12"#;
+        assert_eq!(bucket_line(line), Some(("cabine_inbox_commit_seconds{}".into(), 5000, 12.0)));
+        let line = r#"cabine_slot_poll_seconds_bucket{channel="cpm",le="+Inf"} 3"#;
+        assert_eq!(bucket_line(line), Some(("cabine_slot_poll_seconds{channel=\"cpm\"}".into(), u64::MAX, 3.0)));
+        assert_eq!(bucket_line("cabine_slot_polls_total{channel=\"cpm\"} 3"), None);
+        let mut before = Scrape::default();
+        before.0.insert("s{}".into(), [(1000, 10.0), (5000, 10.0), (u64::MAX, 10.0)].into());
+        let mut after = Scrape::default();
+        after.0.insert("s{}".into(), [(1000, 60.0), (5000, 109.0), (u64::MAX, 110.0)].into());
+        let v = between(&before, &after);
+        assert_eq!(v["s{}"]["count"], 100.0);
+        assert_eq!(v["s{}"]["p50_le_ms"], 1.0);
+        assert_eq!(v["s{}"]["p99_le_ms"], 5.0);
+    }
+}

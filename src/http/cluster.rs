@@ -1,0 +1,129 @@
+//! `GET /cluster`: the cluster as Redis and Postgres see it — live pods (pid,
+//! version, uptime, held slots), the holders of every pool with their TTL, the
+//! leader, and per slot the fence and cursor age from `slot_cursor`. A source
+//! that cannot be read is named in `errors`; the rest is still shown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cabine_actors::domain::ChannelId;
+use cabine_actors::ports::{Holder, LeaseStore, PodBeat, PodRegistry, Pool};
+use serde::Serialize;
+
+use super::AppState;
+
+/// Where `/cluster` reads from.
+pub struct ClusterSource {
+    pub leases: Arc<dyn LeaseStore>,
+    pub pods: Arc<dyn PodRegistry>,
+    pub postgres: deadpool_postgres::Pool,
+    pub ispb: String,
+    pub channels: Vec<ChannelId>,
+    /// Bound on each read.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct ClusterView {
+    pub ispb: String,
+    pub pods: Vec<PodBeat>,
+    pub leader: Option<Holder>,
+    /// Per channel and pool (`stream`, `send`): the held slots.
+    pub holders: Vec<PoolHolders>,
+    pub slots: Vec<SlotRow>,
+    /// Sources that could not be read.
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PoolHolders {
+    pub channel: ChannelId,
+    pub pool: &'static str,
+    pub holders: Vec<Holder>,
+}
+
+/// One `slot_cursor` row.
+#[derive(Debug, Serialize)]
+pub struct SlotRow {
+    pub channel: String,
+    pub slot: i16,
+    pub fence: i64,
+    pub holder: Option<String>,
+    /// A stream is open for this slot (a pull-next is stored).
+    pub stream_open: bool,
+    /// Since the cursor (or the fence) last moved.
+    pub cursor_age_ms: i64,
+}
+
+const SLOTS: &str = "SELECT channel, slot, fence, holder, pull_next IS NOT NULL AS stream_open, \
+     (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms \
+     FROM slot_cursor WHERE ispb = $1 ORDER BY channel, slot";
+
+impl ClusterSource {
+    pub async fn read(&self) -> ClusterView {
+        let mut view = ClusterView { ispb: self.ispb.clone(), ..Default::default() };
+        match self.bounded(self.pods.live_pods()).await {
+            Some(Ok(pods)) => view.pods = pods,
+            Some(Err(e)) => view.errors.push(format!("pods: {e}")),
+            None => view.errors.push(format!("pods: no answer within {:?}", self.timeout)),
+        }
+        match self.holders(Pool::Leader).await {
+            Ok(mut leader) => view.leader = leader.pop(),
+            Err(e) => view.errors.push(format!("leader: {e}")),
+        }
+        for channel in &self.channels {
+            for (name, pool) in [("stream", Pool::Stream(*channel)), ("send", Pool::Send(*channel))] {
+                match self.holders(pool).await {
+                    Ok(holders) => view.holders.push(PoolHolders { channel: *channel, pool: name, holders }),
+                    Err(e) => view.errors.push(format!("{pool} holders: {e}")),
+                }
+            }
+        }
+        match self.slots().await {
+            Ok(slots) => view.slots = slots,
+            Err(e) => view.errors.push(format!("slot_cursor: {e}")),
+        }
+        view
+    }
+
+    async fn bounded<T>(&self, f: impl Future<Output = T>) -> Option<T> {
+        tokio::time::timeout(self.timeout, f).await.ok()
+    }
+
+    async fn holders(&self, pool: Pool) -> Result<Vec<Holder>, String> {
+        match self.bounded(self.leases.holders(pool)).await {
+            Some(r) => r.map_err(|e| e.to_string()),
+            None => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+
+    async fn slots(&self) -> Result<Vec<SlotRow>, String> {
+        let read = async {
+            let conn = self.postgres.get().await.map_err(|e| e.to_string())?;
+            let rows = conn.query(SLOTS, &[&self.ispb]).await.map_err(|e| e.to_string())?;
+            Ok(rows
+                .iter()
+                .map(|r| SlotRow {
+                    channel: r.get("channel"),
+                    slot: r.get("slot"),
+                    fence: r.get("fence"),
+                    holder: r.get("holder"),
+                    stream_open: r.get("stream_open"),
+                    cursor_age_ms: r.get("age_ms"),
+                })
+                .collect())
+        };
+        self.bounded(read).await.unwrap_or_else(|| Err(format!("no answer within {:?}", self.timeout)))
+    }
+}
+
+pub async fn view(State(state): State<AppState>) -> Response {
+    match state.operator {
+        Some(o) => Json(o.cluster.read().await).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree\n").into_response(),
+    }
+}
