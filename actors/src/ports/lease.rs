@@ -13,8 +13,9 @@ use tokio::time::Instant;
 
 use crate::domain::ChannelId;
 
-/// A pool of leased slots.
+/// A pool of leased slots. Serialized as its display form (`cpm:stream`, `csm:send`, `leader`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum Pool {
     /// Open streams of a channel (default 4 slots).
     Stream(ChannelId),
@@ -30,6 +31,28 @@ impl fmt::Display for Pool {
             Pool::Stream(c) => write!(f, "{c}:stream"),
             Pool::Send(c) => write!(f, "{c}:send"),
             Pool::Leader => f.write_str("leader"),
+        }
+    }
+}
+
+impl From<Pool> for String {
+    fn from(p: Pool) -> String {
+        p.to_string()
+    }
+}
+
+impl TryFrom<String> for Pool {
+    type Error = String;
+    fn try_from(s: String) -> Result<Pool, String> {
+        if s == "leader" {
+            return Ok(Pool::Leader);
+        }
+        let (channel, kind) = s.split_once(':').ok_or_else(|| format!("not a pool: {s:?}"))?;
+        let channel: ChannelId = channel.parse()?;
+        match kind {
+            "stream" => Ok(Pool::Stream(channel)),
+            "send" => Ok(Pool::Send(channel)),
+            _ => Err(format!("not a pool kind: {kind:?}")),
         }
     }
 }
@@ -143,4 +166,19 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn release(&self, lease: &Lease) -> Result<(), LeaseError>;
     /// Current holders of a pool.
     async fn holders(&self, pool: Pool) -> Result<Vec<Holder>, LeaseError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_serialize_as_their_display_form() {
+        for pool in [Pool::Stream(ChannelId::Cpm), Pool::Send(ChannelId::Csm), Pool::Leader] {
+            let json = serde_json::to_string(&pool).unwrap();
+            assert_eq!(json, format!("\"{pool}\""));
+            assert_eq!(serde_json::from_str::<Pool>(&json).unwrap(), pool);
+        }
+        assert!(serde_json::from_str::<Pool>("\"cpm:other\"").is_err());
+    }
 }
