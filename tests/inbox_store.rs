@@ -227,3 +227,22 @@ async fn an_unreachable_postgres_is_unavailable_not_fatal() {
     assert!(matches!(inbox.commit(slot(1), 1, &batch("X", 1), "p").await, Err(InboxError::Unavailable(_))));
     assert!(matches!(inbox.store_cursor(slot(1), 1, None).await, Err(InboxError::Unavailable(_))));
 }
+
+#[tokio::test]
+async fn the_watchdog_reads_every_cursor_row_of_its_participant() {
+    let db = TestDb::new("inbox_cursors", &[]).await;
+    let inbox = db.inbox();
+    assert!(inbox.cursors().await.unwrap().is_empty());
+    inbox.claim(slot(2), "pod-a#e#1").await.unwrap();
+    inbox.claim(slot(1), "pod-b#e#2").await.unwrap();
+    inbox.claim(slot(1), "pod-a#e#3").await.unwrap();
+    inbox.store_cursor(slot(1), 2, Some("/api/v1/out/x/stream/1-1")).await.unwrap();
+    let rows = inbox.cursors().await.unwrap();
+    let seen: Vec<(SlotId, i64, Option<&str>, Option<&str>)> =
+        rows.iter().map(|c| (c.slot, c.fence, c.holder.as_deref(), c.pull_next.as_deref())).collect();
+    assert_eq!(
+        seen,
+        vec![(slot(1), 2, Some("pod-a#e#3"), Some("/api/v1/out/x/stream/1-1")), (slot(2), 1, Some("pod-a#e#1"), None)]
+    );
+    assert!(rows.iter().all(|c| c.age < Duration::from_secs(5)), "{rows:?}");
+}

@@ -216,6 +216,7 @@ async fn pods_beat_are_listed_while_alive_and_leave() {
         uptime_s: 1,
         held: vec!["cpm:stream/1".to_owned()],
         streams: [(cabine_actors::domain::ChannelId::Cpm, 4)].into_iter().collect(),
+        cooldown: vec!["cpm:stream/2".to_owned()],
     };
     registry.beat(&beat("p1")).await.unwrap();
     registry.beat(&beat("p2")).await.unwrap();

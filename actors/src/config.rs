@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::domain::{ChannelId, PoolSize};
+use crate::failover::FailoverConfig;
 use crate::outbound::{OutboundConfig, OutboundPorts};
 use crate::ports::{IcomConnector, InboundPublisher, InboxStore, LeaseStore, PodRegistry};
+use crate::watchdog::WatchdogConfig;
 
 /// Everything the tree needs to know, validated by [`TreeConfig::validate`].
 #[derive(Clone, Debug)]
@@ -25,6 +27,9 @@ pub struct TreeConfig {
     pub restart: RestartPolicy,
     /// The outbound actors (dispatcher, senders, confirmer, janitor); `None`: inbound only.
     pub outbound: Option<OutboundConfig>,
+    /// When a failing holder hands its slot over; orphan pickup.
+    pub failover: FailoverConfig,
+    pub watchdog: WatchdogConfig,
 }
 
 /// Timings (DESIGN §6). The lease length itself lives in the lease store: the
@@ -126,6 +131,8 @@ impl TreeConfig {
             poll_mode: PollMode::LongPoll,
             restart: RestartPolicy::default(),
             outbound: None,
+            failover: FailoverConfig::default(),
+            watchdog: WatchdogConfig::default(),
         }
     }
 
@@ -159,6 +166,8 @@ impl TreeConfig {
         if r.max_restarts == 0 || r.window.is_zero() || r.backoff_base > r.backoff_max {
             return fail("restart", "max_restarts ≥ 1, window > 0, backoff_base ≤ backoff_max");
         }
+        self.failover.validate(t)?;
+        self.watchdog.validate(self)?;
         match &self.outbound {
             Some(outbound) => outbound.validate(),
             None => Ok(()),

@@ -1,11 +1,16 @@
 //! Fair share of a channel's stream slots across live pods (DESIGN §4).
 //!
-//! With `P` live pods (from heartbeat keys) and `N` slots, pods sorted by id
-//! get a quota of `floor(N/P)`, the first `N mod P` one more: the quotas sum to
-//! exactly `N` and none exceeds `ceil(N/P)`. A pod holds more than its quota
-//! only while no other live pod is waiting (holding fewer than its own quota);
-//! a standby acquires only below its pod's quota. Extras are handed over from
-//! the highest-numbered slots, gracefully, between poll cycles.
+//! With `P` pods sharing a channel (live from heartbeat keys, minus those in a
+//! failover cooldown on it — unless every pod cools) and `N` slots, pods sorted
+//! by id get a quota of `floor(N/P)`, the first `N mod P` one more: the quotas
+//! sum to exactly `N` and none exceeds `ceil(N/P)`. A cooling pod's quota is 0:
+//! it is never "waiting", so nobody hands a slot back to it, and it hands its
+//! own over to pods below quota. A pod holds more than its quota only while no
+//! other pod is waiting (holding fewer than its own quota); a standby acquires
+//! only below its pod's quota — or, over it, a slot free for longer than the
+//! orphan grace (its rightful pod alive but not taking it), least-loaded pods
+//! first. Extras are handed over from the highest-numbered slots, gracefully,
+//! between poll cycles.
 
 use std::sync::{Arc, RwLock};
 
@@ -35,6 +40,8 @@ pub struct Share<'a> {
     pub channel: ChannelId,
     /// Stream slots per channel (N).
     pub slots: u8,
+    /// This pod is in a failover cooldown on the channel (its own, current knowledge).
+    pub me_cooling: bool,
 }
 
 impl Share<'_> {
@@ -47,27 +54,72 @@ impl Share<'_> {
         ids
     }
 
-    /// How many slots of the channel `pod` should hold.
+    fn prefix(&self) -> String {
+        format!("{}/", Pool::Stream(self.channel))
+    }
+
+    fn beat(&self, pod: &str) -> Option<&PodBeat> {
+        self.pods.iter().find(|p| p.pod_id == pod)
+    }
+
+    /// `pod` is in a failover cooldown on this channel.
+    pub fn cooling(&self, pod: &str) -> bool {
+        if pod == self.me {
+            return self.me_cooling;
+        }
+        let prefix = self.prefix();
+        self.beat(pod).is_some_and(|b| b.cooldown.iter().any(|c| c.starts_with(&prefix)))
+    }
+
+    /// The pods sharing the channel: live and not cooling; every live pod when all cool.
+    fn sharing_ids(&self) -> Vec<&str> {
+        let live = self.live_ids();
+        let warm: Vec<&str> = live.iter().copied().filter(|id| !self.cooling(id)).collect();
+        if warm.is_empty() { live } else { warm }
+    }
+
+    /// How many slots of the channel `pod` should hold (0 while it cools).
     pub fn quota(&self, pod: &str) -> usize {
-        let ids = self.live_ids();
+        let ids = self.sharing_ids();
+        let Some(rank) = ids.iter().position(|i| *i == pod) else { return 0 };
         let (n, p) = (usize::from(self.slots), ids.len());
-        let rank = ids.iter().position(|i| *i == pod).unwrap_or(p);
         n / p + usize::from(rank < n % p)
     }
 
     fn held_by(&self, beat: &PodBeat) -> usize {
-        let prefix = format!("{}/", Pool::Stream(self.channel));
+        let prefix = self.prefix();
         beat.held.iter().filter(|h| h.starts_with(&prefix)).count()
     }
 
-    /// Another live pod holds fewer slots than its quota.
+    /// Another live pod holds fewer slots than its quota (a cooling pod never does).
     pub fn someone_waiting(&self) -> bool {
         self.pods.iter().filter(|p| p.pod_id != self.me).any(|p| self.held_by(p) < self.quota(&p.pod_id))
+    }
+
+    /// Another live pod could take a slot this pod gives up (it is not cooling on the channel).
+    pub fn others_eligible(&self) -> bool {
+        self.pods.iter().any(|p| p.pod_id != self.me && !self.cooling(&p.pod_id))
     }
 
     /// What a standby of this pod may acquire up to (its reservation limit).
     pub fn acquire_limit(&self) -> usize {
         self.quota(self.me)
+    }
+
+    /// This pod's turn to adopt an orphan (0 first): warm pods before cooling
+    /// ones, then fewer held slots first, then pod id. `my_held`: this pod's
+    /// own count (its beat may lag).
+    pub fn orphan_rank(&self, my_held: usize) -> usize {
+        let mut order: Vec<(bool, usize, &str)> = self
+            .live_ids()
+            .into_iter()
+            .map(|id| {
+                let held = if id == self.me { my_held } else { self.beat(id).map_or(0, |b| self.held_by(b)) };
+                (self.cooling(id), held, id)
+            })
+            .collect();
+        order.sort_unstable();
+        order.iter().position(|(_, _, id)| *id == self.me).unwrap_or(order.len())
     }
 
     /// Should slot `n`, held by this pod together with `my_held`, be handed over?
@@ -106,11 +158,12 @@ mod tests {
             uptime_s: 0,
             held: held.iter().map(|n| slot_name(Pool::Stream(ChannelId::Cpm), *n)).collect(),
             streams: BTreeMap::from([(ChannelId::Cpm, 4)]),
+            cooldown: Vec::new(),
         }
     }
 
     fn share<'a>(me: &'a str, pods: &'a [PodBeat]) -> Share<'a> {
-        Share { me, pods, channel: ChannelId::Cpm, slots: 4 }
+        Share { me, pods, channel: ChannelId::Cpm, slots: 4, me_cooling: false }
     }
 
     #[test]
@@ -149,11 +202,97 @@ mod tests {
         assert!(share("a", &pods).close_on_drain(3));
     }
 
+    fn share_of<'a>(me: &'a str, pods: &'a [PodBeat], slots: u8, me_cooling: bool) -> Share<'a> {
+        Share { me, pods, channel: ChannelId::Cpm, slots, me_cooling }
+    }
+
+    fn cooling(mut b: PodBeat, slots: &[u8]) -> PodBeat {
+        b.cooldown = slots.iter().map(|n| slot_name(Pool::Stream(ChannelId::Cpm), *n)).collect();
+        b
+    }
+
+    #[test]
+    fn a_cooling_pod_gets_no_quota_is_never_waiting_and_hands_its_slots_to_pods_below_quota() {
+        // c failed slot 3 over: a and b share the 4 slots, nobody hands anything back to c.
+        let pods = [beat("a", &[1, 2]), beat("b", &[4]), cooling(beat("c", &[]), &[3])];
+        let a = share("a", &pods);
+        assert_eq!((a.quota("a"), a.quota("b"), a.quota("c")), (2, 2, 0));
+        assert!(a.someone_waiting(), "b is below its quota (slot 3 is free), c is not waiting");
+        assert!(!share("b", &pods).someone_waiting(), "a is at its quota, c cools");
+        let a_full = [beat("a", &[1, 2]), beat("b", &[3, 4]), cooling(beat("c", &[]), &[3])];
+        for me in ["a", "b"] {
+            let s = share(me, &a_full);
+            assert!(!s.someone_waiting(), "{me}: the cooling pod does not wait");
+            assert!(s.others_eligible());
+        }
+        // Seen from c itself (its own knowledge, its beat may lag): quota 0, hands over while others wait.
+        let c_view = [beat("a", &[1, 2]), beat("b", &[4]), beat("c", &[3])];
+        let c = Share { me_cooling: true, ..share("c", &c_view) };
+        assert_eq!(c.acquire_limit(), 0);
+        assert!(c.must_hand_over(3, &[3]));
+        // Everybody cools: the pool is shared among all as usual.
+        let all = [cooling(beat("a", &[1, 2]), &[3]), cooling(beat("b", &[3, 4]), &[1])];
+        let a = Share { me_cooling: true, ..share("a", &all) };
+        assert_eq!((a.quota("a"), a.quota("b")), (2, 2));
+        assert!(!a.others_eligible(), "no one to fail over to");
+    }
+
+    #[test]
+    fn orphans_go_to_warm_pods_first_and_the_least_loaded_before_the_others() {
+        let pods = [beat("a", &[1, 2]), beat("b", &[4]), cooling(beat("c", &[]), &[3]), beat("d", &[])];
+        assert_eq!(share("d", &pods).orphan_rank(0), 0, "d holds nothing");
+        assert_eq!(share("b", &pods).orphan_rank(1), 1);
+        assert_eq!(share("a", &pods).orphan_rank(2), 2);
+        assert_eq!(Share { me_cooling: true, ..share("c", &pods) }.orphan_rank(0), 3, "the cooling pod comes last");
+        assert_eq!(Share { me_cooling: true, ..share("d", &pods) }.orphan_rank(0), 3, "own cooldown known first");
+    }
+
     proptest! {
+        #[test]
+        fn with_cooling_pods_quotas_still_sum_to_the_pool_and_cooling_pods_never_wait(
+            slots in 1u8..=6,
+            pods in 2usize..=6,
+            cool_mask in 0u32..64,
+            holdings in proptest::collection::vec(0u8..=6, 6),
+        ) {
+            let ids: Vec<String> = (0..pods).map(|i| format!("pod-{i}")).collect();
+            let cools = |i: usize| cool_mask & (1 << i) != 0;
+            let mut next = 1u8;
+            let beats: Vec<PodBeat> = ids.iter().enumerate().map(|(i, id)| {
+                let take = holdings[i].min(slots.saturating_sub(next - 1));
+                let held: Vec<u8> = (next..next + take).collect();
+                next += take;
+                if cools(i) { cooling(beat(id, &held), &[1]) } else { beat(id, &held) }
+            }).collect();
+            let all_cool = (0..pods).all(cools);
+            for (i, me) in ids.iter().enumerate() {
+                let s = share_of(me, &beats, slots, cools(i));
+                let quotas: Vec<usize> = ids.iter().map(|id| s.quota(id)).collect();
+                prop_assert_eq!(quotas.iter().sum::<usize>(), usize::from(slots));
+                let sharing = if all_cool { pods } else { (0..pods).filter(|j| !cools(*j)).count() };
+                prop_assert!(quotas.iter().all(|q| *q <= usize::from(slots).div_ceil(sharing)));
+                if !all_cool {
+                    for (j, id) in ids.iter().enumerate().filter(|(j, _)| cools(*j)) {
+                        prop_assert_eq!(quotas[j], 0, "cooling {} has a quota", id);
+                    }
+                    // Nobody is waiting unless a warm pod other than me holds fewer than its quota.
+                    let warm_short = ids.iter().enumerate().any(|(j, id)| {
+                        j != i && !cools(j) && s.held_by(&beats[j]) < s.quota(id)
+                    });
+                    prop_assert_eq!(s.someone_waiting(), warm_short);
+                }
+                let ranks: std::collections::BTreeSet<usize> = ids.iter().enumerate().map(|(j, id)| {
+                    let held = s.held_by(&beats[j]);
+                    share_of(id, &beats, slots, cools(j)).orphan_rank(held)
+                }).collect();
+                prop_assert_eq!(ranks.len(), pods, "orphan ranks are a permutation");
+            }
+        }
+
         #[test]
         fn quotas_sum_to_the_pool_and_never_exceed_the_ceiling(slots in 1u8..=6, pods in 1usize..=8) {
             let beats: Vec<PodBeat> = (0..pods).map(|i| beat(&format!("pod-{i}"), &[])).collect();
-            let s = Share { me: "pod-0", pods: &beats, channel: ChannelId::Cpm, slots };
+            let s = Share { me: "pod-0", pods: &beats, channel: ChannelId::Cpm, slots, me_cooling: false };
             let quotas: Vec<usize> = beats.iter().map(|b| s.quota(&b.pod_id)).collect();
             prop_assert_eq!(quotas.iter().sum::<usize>(), usize::from(slots));
             let ceil = usize::from(slots).div_ceil(pods);

@@ -13,9 +13,11 @@ pub mod backoff;
 pub mod board;
 pub mod config;
 pub mod domain;
+pub mod failover;
 pub mod fair;
 pub mod ledger;
 pub mod metrics;
+pub mod orphans;
 pub mod outbound;
 pub mod ports;
 pub mod slot;
@@ -25,9 +27,12 @@ pub mod task;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod tree;
+pub mod watchdog;
 
 pub use board::StatusBoard;
 pub use config::{PollMode, Ports, RestartPolicy, TreeConfig, TreeTiming};
+pub use failover::FailoverConfig;
 pub use outbound::{OutboundConfig, OutboundPorts};
 pub use status::ActorStatus;
 pub use tree::{DrainReport, RestartError, Tree, TreeError, TreeExit};
+pub use watchdog::{Alert, AlertKind, WatchdogConfig};

@@ -27,7 +27,7 @@ pub fn restart(kind: &'static str) {
     metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(1);
 }
 
-/// Slots of a channel holding / on standby on this pod.
+/// Slots of a channel holding / on standby (cooldown included) on this pod.
 pub fn slots(channel: ChannelId, holding: usize, standby: usize) {
     metrics::gauge!("cabine_slots", "channel" => channel.as_str(), "state" => "holding").set(holding as f64);
     metrics::gauge!("cabine_slots", "channel" => channel.as_str(), "state" => "standby").set(standby as f64);
@@ -89,6 +89,52 @@ pub fn outbound_upkeep(job: &'static str, n: usize) {
     metrics::counter!("cabine_outbound_upkeep_total", "job" => job).increment(n as u64);
 }
 
+/// A holding slot failed over (its cycles kept failing on this pod).
+pub fn slot_failover(channel: ChannelId) {
+    metrics::counter!("cabine_slot_failovers_total", "channel" => channel.as_str()).increment(1);
+}
+
+/// A standby over its fair share adopted a slot nobody took.
+pub fn orphan_adopted(channel: ChannelId) {
+    metrics::counter!("cabine_slot_orphans_adopted_total", "channel" => channel.as_str()).increment(1);
+}
+
+/// Slots of a channel sitting out a failover cooldown on this pod.
+pub fn slots_cooling(channel: ChannelId, cooling: usize) {
+    metrics::gauge!("cabine_slots", "channel" => channel.as_str(), "state" => "cooldown").set(cooling as f64);
+}
+
+fn alert_labels(channel: Option<ChannelId>, slot: Option<u8>) -> (&'static str, String) {
+    (channel.map_or("", ChannelId::as_str), slot.map_or_else(String::new, |n| n.to_string()))
+}
+
+/// A watchdog alert is up (1) or down (0).
+pub fn watchdog_alert(kind: &'static str, channel: Option<ChannelId>, slot: Option<u8>, on: bool) {
+    let (channel, slot) = alert_labels(channel, slot);
+    metrics::gauge!("cabine_watchdog_alert", "kind" => kind, "channel" => channel, "slot" => slot).set(if on {
+        1.0
+    } else {
+        0.0
+    });
+}
+
+/// A watchdog alert was raised.
+pub fn watchdog_raised(kind: &'static str, channel: Option<ChannelId>, slot: Option<u8>) {
+    let (channel, slot) = alert_labels(channel, slot);
+    metrics::counter!("cabine_watchdog_alerts_total", "kind" => kind, "channel" => channel, "slot" => slot)
+        .increment(1);
+}
+
+/// The channel-wide alert gauges at 0, so dashboards see them before any alert.
+pub fn watchdog_ready(channels: &[ChannelId]) {
+    for ch in channels {
+        watchdog_alert("zero_active", Some(*ch), None, false);
+        watchdog_alert("cap", Some(*ch), None, false);
+        metrics::counter!("cabine_slot_failovers_total", "channel" => ch.as_str()).increment(0);
+    }
+    watchdog_alert("lag", None, None, false);
+}
+
 /// Describes the actors' metrics and shows the restart counters at zero, so
 /// dashboards see every series from the start.
 pub fn describe() {
@@ -101,7 +147,11 @@ pub fn describe() {
     metrics::describe_counter!("cabine_actor_restarts_total", "Actors restarted by their supervisor, by kind.");
     metrics::describe_gauge!("cabine_slots", "Stream slots of this pod holding / on standby, per channel.");
     metrics::describe_counter!("cabine_leases_lost_total", "Leases this pod lost, by cause.");
-    for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper"] {
+    metrics::describe_counter!("cabine_slot_failovers_total", "Slots handed over because their cycles kept failing.");
+    metrics::describe_counter!("cabine_slot_orphans_adopted_total", "Free slots adopted beyond the fair share.");
+    metrics::describe_gauge!("cabine_watchdog_alert", "Watchdog alerts up (1) or down (0), by kind, channel, slot.");
+    metrics::describe_counter!("cabine_watchdog_alerts_total", "Watchdog alerts raised, by kind, channel, slot.");
+    for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper", "watchdog"] {
         metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);
     }
 }

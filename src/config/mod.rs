@@ -9,6 +9,7 @@ mod invariants;
 mod outbound;
 mod secret;
 mod tree;
+mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ pub use outbound::{
 };
 pub use secret::Secret;
 pub use tree::{PollModeName, PollingSettings, RestartSettings};
+pub use watch::{FailoverSettings, WatchdogSettings};
 
 /// The defaults, compiled in so the binary runs from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
@@ -62,6 +64,8 @@ pub struct Settings {
     pub polling: PollingSettings,
     pub restart: RestartSettings,
     pub outbound: OutboundSettings,
+    pub failover: FailoverSettings,
+    pub watchdog: WatchdogSettings,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

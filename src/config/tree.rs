@@ -73,6 +73,8 @@ impl Settings {
             backoff_base: r.backoff_base,
             backoff_max: r.backoff_max,
         };
+        config.failover = self.failover.config();
+        config.watchdog = self.watchdog.config(self.pools.send.get());
         config
     }
 }

@@ -1,7 +1,8 @@
 //! `GET /cluster`: the cluster as Redis and Postgres see it — live pods (pid,
-//! version, uptime, held slots), the holders of every pool with their TTL, the
-//! leader, and per slot the fence and cursor age from `slot_cursor`. A source
-//! that cannot be read is named in `errors`; the rest is still shown.
+//! version, uptime, held slots, failover cooldowns), the holders of every pool
+//! with their TTL, the leader, per slot the fence and cursor age from
+//! `slot_cursor`, and this pod's watchdog alerts. A source that cannot be read
+//! is named in `errors`; the rest is still shown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use cabine_actors::Alert;
 use cabine_actors::domain::ChannelId;
 use cabine_actors::ports::{Holder, LeaseStore, PodBeat, PodRegistry, Pool};
 use serde::Serialize;
@@ -35,6 +37,8 @@ pub struct ClusterView {
     /// Per channel and pool (`stream`, `send`): the held slots.
     pub holders: Vec<PoolHolders>,
     pub slots: Vec<SlotRow>,
+    /// The watchdog's active alerts (zero_active, stale_slot, lag, cap).
+    pub alerts: Vec<Alert>,
     /// Sources that could not be read.
     pub errors: Vec<String>,
 }
@@ -123,7 +127,11 @@ impl ClusterSource {
 
 pub async fn view(State(state): State<AppState>) -> Response {
     match state.operator {
-        Some(o) => Json(o.cluster.read().await).into_response(),
+        Some(o) => {
+            let mut view = o.cluster.read().await;
+            view.alerts = o.tree.alerts();
+            Json(view).into_response()
+        }
         None => (StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree\n").into_response(),
     }
 }

@@ -14,8 +14,8 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cabine_actors::domain::{Ispb, SlotId};
-use cabine_actors::ports::{Claim, CommitSummary, CommittedRow, InboundMessage, InboxError, InboxStore};
+use cabine_actors::domain::{ChannelId, Ispb, SlotId};
+use cabine_actors::ports::{Claim, CommitSummary, CommittedRow, InboundMessage, InboxError, InboxStore, SlotCursor};
 use deadpool_postgres::{Object, Pool};
 use tokio_postgres::{CancelToken, NoTls};
 
@@ -148,6 +148,29 @@ impl InboxStore for PgInbox {
         })
         .await
     }
+
+    async fn cursors(&self) -> Result<Vec<SlotCursor>, InboxError> {
+        let ispb = self.ispb.as_str();
+        self.with_conn(|conn| async move {
+            let stmt = conn.prepare_cached(sql::CURSORS).await.map_err(fault::from_postgres)?;
+            let rows = conn.query(&stmt, &[&ispb]).await.map_err(fault::from_postgres)?;
+            Ok(rows.iter().filter_map(cursor_of).collect())
+        })
+        .await
+    }
+}
+
+/// A `slot_cursor` row; a channel or slot this build does not know is skipped.
+fn cursor_of(row: &tokio_postgres::Row) -> Option<SlotCursor> {
+    let channel: ChannelId = row.get::<_, String>("channel").parse().ok()?;
+    let n = u8::try_from(row.get::<_, i16>("slot")).ok()?;
+    Some(SlotCursor {
+        slot: SlotId { channel, n },
+        fence: row.get("fence"),
+        holder: row.get("holder"),
+        pull_next: row.get("pull_next"),
+        age: Duration::from_millis(u64::try_from(row.get::<_, i64>("age_ms")).unwrap_or(0)),
+    })
 }
 
 /// Pairs each new row with its message, in batch order; the rest were duplicates.

@@ -45,3 +45,9 @@ WHERE ispb = $1 AND channel = $2 AND slot = $3 AND fence = $4";
 /// The slot's current fence, to explain a refused write (0 when the row is gone).
 pub const CURRENT_FENCE: &str = "\
 SELECT COALESCE((SELECT fence FROM slot_cursor WHERE ispb = $1 AND channel = $2 AND slot = $3), 0)";
+
+/// Every slot cursor row of a participant, for the watchdog (read-only).
+pub const CURSORS: &str = "\
+SELECT channel, slot, fence, holder, pull_next,
+       (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
+FROM slot_cursor WHERE ispb = $1 ORDER BY channel, slot";

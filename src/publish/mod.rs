@@ -128,6 +128,10 @@ impl InboundPublisher for JetStreamPublisher {
     async fn sweep(&self, older_than: Duration) -> Result<usize, PublishError> {
         self.bus.sweep(older_than, self.page).await
     }
+
+    async fn oldest_unpublished(&self) -> Result<Duration, PublishError> {
+        self.bus.refresh_lag().await
+    }
 }
 
 /// Publishes queued rows in rounds until every sender is gone.

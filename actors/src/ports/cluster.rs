@@ -20,6 +20,10 @@ pub struct PodBeat {
     /// only when no other live pod runs that slot (alone, or the pool shrank).
     #[serde(default)]
     pub streams: BTreeMap<ChannelId, u8>,
+    /// Stream slots this pod failed over and stays out of for now (`cpm:stream/3`):
+    /// while one of a channel's cools, the pod takes no share of that channel.
+    #[serde(default)]
+    pub cooldown: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

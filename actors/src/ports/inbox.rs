@@ -1,6 +1,8 @@
 //! The inbox port (Postgres): fenced slot claims and the commit of a batch with
 //! the stream's next cursor in one transaction (DESIGN §2.2–2.4).
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::domain::SlotId;
@@ -36,6 +38,19 @@ pub struct CommittedRow {
     pub message: InboundMessage,
 }
 
+/// A slot's cursor row as the watchdog reads it (read-only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotCursor {
+    pub slot: SlotId,
+    pub fence: i64,
+    /// The grant that claimed the current fence.
+    pub holder: Option<String>,
+    /// The stored pull-next (a new one after every answered poll); `None`: no stream open.
+    pub pull_next: Option<String>,
+    /// Since the row last changed (claim, commit, cursor store).
+    pub age: Duration,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InboxError {
     /// Database unreachable, pool timeout, serialization failure: retry with backoff.
@@ -66,4 +81,6 @@ pub trait InboxStore: Send + Sync + 'static {
     /// Stores a cursor without a batch (a new stream's first pull-next, or
     /// `None` after the stream was closed), conditioned on the fence.
     async fn store_cursor(&self, slot: SlotId, fence: i64, pull_next: Option<&str>) -> Result<(), InboxError>;
+    /// Every slot cursor row of this participant (read-only; for the watchdog).
+    async fn cursors(&self) -> Result<Vec<SlotCursor>, InboxError>;
 }

@@ -21,6 +21,6 @@ pub use cluster::{ClusterError, PodBeat, PodRegistry};
 pub use confirm::{ConfirmError, Confirmations, Correlated};
 pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};
 pub use icom_send::{IcomSender, SendConnector, SendRefused, SendReply};
-pub use inbox::{Claim, CommitSummary, CommittedRow, InboxError, InboxStore};
+pub use inbox::{Claim, CommitSummary, CommittedRow, InboxError, InboxStore, SlotCursor};
 pub use lease::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool};
 pub use publish::{InboundPublisher, PublishError};

@@ -22,4 +22,6 @@ pub trait InboundPublisher: Send + Sync + 'static {
     async fn committed(&self, rows: Vec<CommittedRow>);
     /// Republishes rows unpublished for longer than `older_than`; returns how many.
     async fn sweep(&self, older_than: Duration) -> Result<usize, PublishError>;
+    /// Age of the oldest committed row not yet on the bus (zero when none).
+    async fn oldest_unpublished(&self) -> Result<Duration, PublishError>;
 }

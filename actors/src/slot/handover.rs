@@ -1,4 +1,4 @@
-//! Handing a slot over (drain, fair share): the transitions, then the task.
+//! Handing a slot over (drain, fair share, failover): the transitions, then the task.
 //! The stream stays open for the next holder, who resumes it from the stored
 //! pull-next; only when asked (no other pod runs this slot) is it closed —
 //! DELETE on the stored pull-next, which acknowledges only what is persisted —
@@ -30,6 +30,8 @@ pub struct Holding {
     pub unpersisted: Option<super::cycle::Received>,
     /// `None` while a cycle task owns it (or after it was dropped with an aborted task).
     pub stream: Option<Box<dyn IcomStream>>,
+    /// When it was adopted as an orphan (beyond the fair share), if it was.
+    pub adopted: Option<tokio::time::Instant>,
 }
 
 impl Slot {
@@ -43,7 +45,7 @@ impl Slot {
         let close = self.share(&others).close_on_drain(self.slot.n);
         state.drain = Some(PendingDrain { close, reply: Some(reply) });
         match state.phase {
-            Phase::Standby | Phase::Drained => self.finish_drain(state, DrainOutcome::Idle),
+            Phase::Standby | Phase::Cooldown | Phase::Drained => self.finish_drain(state, DrainOutcome::Idle),
             Phase::Holding { .. } => self.hand_over(me, state, close),
             Phase::Polling { .. } if state.stage.load(Ordering::SeqCst) == cycle::REQUESTING => {
                 // The GET on the stored pull-next has not returned: abort it; nothing

@@ -8,10 +8,13 @@
 //! notice, fence lost, lease too short) aborts the task and drops the
 //! connection: nothing is acknowledged and the next holder gets the batch
 //! again. Every timer and task carries the generation current when it was
-//! armed; anything older is dropped.
+//! armed; anything older is dropped. Cycles that keep failing hand the slot
+//! over and sit out a cooldown; a standby over its fair share adopts a slot
+//! left free past the orphan grace (see [`failover`](self::failover)).
 
 pub mod acquire;
 pub mod cycle;
+mod failover;
 pub mod handover;
 mod phase;
 pub mod schedule;
@@ -26,6 +29,7 @@ pub use phase::Phase;
 
 use crate::backoff::Backoff;
 use crate::domain::SlotId;
+use crate::failover::FailureRun;
 use crate::ports::{GrantId, LostCause, PodBeat};
 use crate::task::OwnedTask;
 use crate::tree::context::TreeContext;
@@ -85,6 +89,10 @@ pub struct SlotState {
     stage: Arc<AtomicU8>,
     backoff: Backoff,
     drain: Option<PendingDrain>,
+    /// Consecutive failed cycles while holding (the failover rule).
+    failures: FailureRun,
+    /// The acquire in flight adopts an orphan (beyond the fair share).
+    adopting: bool,
 }
 
 struct PendingDrain {
@@ -121,13 +129,15 @@ impl Actor for Slot {
             stage: Arc::default(),
             backoff: Backoff::new(t.backoff_base, t.backoff_max),
             drain: None,
+            failures: FailureRun::default(),
+            adopting: false,
         })
     }
 
     async fn post_start(&self, me: ActorRef<SlotMsg>, state: &mut SlotState) -> Result<(), ActorProcessingErr> {
-        self.enter(state, Phase::Standby);
         let first_try = self.ctx.config.timing.acquire_interval.mul_f64(rand::random_range(0.0..=0.25));
-        self.retry_acquire(&me, state, first_try);
+        // A restarted slot still sits out a cooldown its previous incarnation started.
+        self.standby(&me, state, first_try);
         Ok(())
     }
 

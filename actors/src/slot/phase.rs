@@ -1,6 +1,6 @@
 //! The slot's state machine, as shown in status:
 //! Standby → Acquiring → Holding{fence} ⇄ Polling{fence} → (Draining) → Standby,
-//! and Drained once the pod stops.
+//! Draining → Cooldown → Standby after a failover, and Drained once the pod stops.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -14,6 +14,8 @@ pub enum Phase {
     Polling { fence: i64 },
     /// Handing the slot over: closing the stream if asked, releasing the lease.
     Draining,
+    /// Failed over: this pod stays out of acquiring the slot until the cooldown ends.
+    Cooldown,
     /// The pod is stopping: handed over (or closed) and idle for good.
     Drained,
 }
@@ -26,6 +28,7 @@ impl Phase {
             Phase::Holding { .. } => "holding",
             Phase::Polling { .. } => "polling",
             Phase::Draining => "draining",
+            Phase::Cooldown => "cooldown",
             Phase::Drained => "drained",
         }
     }

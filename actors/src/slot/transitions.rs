@@ -42,7 +42,8 @@ impl Slot {
 
     pub(super) fn share<'a>(&'a self, pods: &'a [PodBeat]) -> Share<'a> {
         let c = &self.ctx.config;
-        Share { me: &c.pod_id, pods, channel: self.slot.channel, slots: c.stream_pool.get() }
+        let me_cooling = self.ctx.failover.channel_cooling(self.slot.channel, Instant::now());
+        Share { me: &c.pod_id, pods, channel: self.slot.channel, slots: c.stream_pool.get(), me_cooling }
     }
 
     pub(super) fn retry_acquire(&self, me: &Me, state: &mut SlotState, after: Duration) {
@@ -50,15 +51,25 @@ impl Slot {
         me.send_after(after, move || SlotMsg::TryAcquire { generation });
     }
 
+    /// Standby, or Cooldown while this slot's failover cooldown runs.
     pub(super) fn standby(&self, me: &Me, state: &mut SlotState, after: Duration) {
+        if let Some(until) = self.cooling_until() {
+            return self.cool_down(me, state, until, after);
+        }
         self.enter(state, Phase::Standby);
         self.retry_acquire(me, state, after);
     }
 
     pub(super) fn try_acquire(&self, me: &Me, state: &mut SlotState) {
         let interval = self.ctx.config.timing.acquire_interval;
-        if state.phase != Phase::Standby || state.drain.is_some() {
+        if !matches!(state.phase, Phase::Standby | Phase::Cooldown) || state.drain.is_some() {
             return;
+        }
+        if let Some(until) = self.cooling_until() {
+            return self.cool_down(me, state, until, Duration::ZERO);
+        }
+        if state.phase == Phase::Cooldown {
+            self.end_cooldown(state);
         }
         // A Standby slot holds nothing: an entry under its name was left by a
         // killed incarnation (its acquire task raced the cleanup). Give it back.
@@ -66,10 +77,15 @@ impl Slot {
             self.ctx.release_in_background(vec![orphan]);
         }
         let Some(pods) = self.ctx.view.pods() else { return self.retry_acquire(me, state, jittered(interval)) };
-        let limit = self.share(&pods).acquire_limit();
-        if !self.ctx.ledger.reserve(&self.owner(), self.pool(), limit) {
+        let share = self.share(&pods);
+        let (owner, pool) = (self.owner(), self.pool());
+        state.adopting = if self.ctx.ledger.reserve(&owner, pool, share.acquire_limit()) {
+            false
+        } else if self.orphan_due(&share) && self.ctx.ledger.reserve(&owner, pool, usize::MAX) {
+            true
+        } else {
             return self.retry_acquire(me, state, jittered(interval));
-        }
+        };
         self.enter(state, Phase::Acquiring);
         let generation = Self::next_generation(state);
         let (ctx, slot, owner, me) = (self.ctx.clone(), self.slot, self.owner(), me.clone());
@@ -90,11 +106,16 @@ impl Slot {
         result: AcquireResult,
     ) -> Result<(), ActorProcessingErr> {
         state.task = None;
+        let adopting = std::mem::take(&mut state.adopting);
         let t = &self.ctx.config.timing;
         let retry = match result {
             AcquireResult::Granted(granted) if granted.lease.current().is_some() => {
                 let granted = *granted;
                 let id = self.owner();
+                state.failures.reset();
+                if adopting {
+                    self.adopted();
+                }
                 self.ctx.board.mark_cursor(&id, granted.claim.pull_next.as_ref().map(|_| Instant::now()));
                 tracing::info!(slot = %self.slot, fence = granted.claim.fence, resume = granted.claim.pull_next.is_some(), "slot granted");
                 state.holding = Some(Holding {
@@ -105,6 +126,7 @@ impl Slot {
                     cursor_stored: true,
                     unpersisted: None,
                     stream: Some(self.ctx.ports.icom.stream(self.slot.channel)),
+                    adopted: adopting.then(Instant::now),
                 });
                 if let Some(close) = state.drain.as_ref().map(|d| d.close) {
                     self.hand_over(me, state, close);
@@ -149,7 +171,7 @@ impl Slot {
         let Phase::Holding { fence } = state.phase else { return };
         if let Some(pods) = self.ctx.view.pods() {
             let held = self.ctx.ledger.held_slots(self.pool());
-            if self.share(&pods).must_hand_over(self.slot.n, &held) {
+            if !self.adopted_recently(state) && self.share(&pods).must_hand_over(self.slot.n, &held) {
                 tracing::info!(slot = %self.slot, "over the fair share while another pod waits: handing over");
                 return self.hand_over(me, state, false);
             }
@@ -192,7 +214,7 @@ impl Slot {
         let board = &self.ctx.board;
         board.set_detail(&id, "last_poll_outcome", end_label(&report.end));
         board.add_detail(&id, "polls", 1);
-        let next = match report.end {
+        let (next, failed) = match report.end {
             CycleEnd::Delivered { cursor, received, persisted, duplicates, malformed } => {
                 board.add_detail(&id, "messages_received", received as u64);
                 board.add_detail(&id, "messages_persisted", persisted as u64);
@@ -201,7 +223,7 @@ impl Slot {
                 board.mark_cursor(&id, Some(Instant::now()));
                 (holding.cursor, holding.cursor_stored) = (Some(cursor), true);
                 state.backoff.reset();
-                Duration::ZERO
+                (Duration::ZERO, None)
             }
             CycleEnd::Empty { cursor, stored } => {
                 if holding.cursor.as_deref() != Some(cursor.as_str()) {
@@ -210,25 +232,25 @@ impl Slot {
                 (holding.cursor, holding.cursor_stored) = (Some(cursor), stored);
                 state.backoff.reset();
                 let mode = self.ctx.config.poll_mode;
-                schedule::after_empty(mode, self.slot.n, report.took, t.empty_poll_floor, &self.ctx.clock)
+                (schedule::after_empty(mode, self.slot.n, report.took, t.empty_poll_floor, &self.ctx.clock), None)
             }
             CycleEnd::StreamGone => {
                 tracing::warn!(slot = %self.slot, "stored stream unknown to the server: starting a new one");
                 (holding.cursor, holding.cursor_stored) = (None, false);
                 board.mark_cursor(&id, None);
-                Duration::ZERO
+                (Duration::ZERO, None)
             }
             CycleEnd::Backoff { why, at_least, reconnect } => {
                 if reconnect {
                     holding.stream = None;
                 }
-                board.set_error(&id, why);
-                state.backoff.next_delay().max(at_least.unwrap_or_default())
+                board.set_error(&id, why.clone());
+                (state.backoff.next_delay().max(at_least.unwrap_or_default()), Some(why))
             }
             CycleEnd::CommitFailed { received, why } => {
                 holding.unpersisted = Some(received);
-                board.set_error(&id, why);
-                state.backoff.next_delay()
+                board.set_error(&id, why.clone());
+                (state.backoff.next_delay(), Some(why))
             }
             CycleEnd::LeaseLost(why) => {
                 let retry = self.lose(state, why);
@@ -241,6 +263,19 @@ impl Slot {
             self.hand_over(me, state, close);
             return Ok(());
         }
+        let next = match failed {
+            None => {
+                self.cycle_succeeded(state);
+                next
+            }
+            Some(why) => match self.cycle_failed(state, next) {
+                Some(next) => next,
+                None => {
+                    self.fail_over(me, state, &why);
+                    return Ok(());
+                }
+            },
+        };
         self.enter(state, Phase::Holding { fence });
         self.arm_poll(me, state, next);
         Ok(())

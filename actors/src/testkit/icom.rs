@@ -87,6 +87,8 @@ pub(super) struct ChannelTable {
     pub(super) streams: BTreeMap<u64, StreamRec>,
     pub(super) in_flight: usize,
     pub(super) scripted: VecDeque<PollOutcome>,
+    /// While set, every request of the channel, from every pod, gets this answer.
+    pub(super) outage: Option<PollOutcome>,
     pub(super) audit: IcomAudit,
 }
 
@@ -133,6 +135,11 @@ impl FakeIcom {
     /// The next requests on the channel get these answers, without touching any stream.
     pub fn script(&self, channel: ChannelId, outcomes: impl IntoIterator<Item = PollOutcome>) {
         self.lock().channels.entry(channel).or_default().scripted.extend(outcomes);
+    }
+
+    /// Every request of the channel gets `answer` (e.g. a 503) until called with `None`.
+    pub fn set_outage(&self, channel: ChannelId, answer: Option<PollOutcome>) {
+        self.lock().channels.entry(channel).or_default().outage = answer;
     }
 
     pub fn audit(&self, channel: ChannelId) -> IcomAudit {

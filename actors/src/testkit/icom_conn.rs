@@ -94,6 +94,9 @@ impl FakeConn {
         if let Some(scripted) = ch.scripted.pop_front() {
             return Err(scripted);
         }
+        if let Some(outage) = &ch.outage {
+            return Err(outage.clone());
+        }
         ch.in_flight += 1;
         ch.audit.max_in_flight = ch.audit.max_in_flight.max(ch.in_flight);
         Ok(Flight { icom: self.icom.clone(), channel: self.channel })

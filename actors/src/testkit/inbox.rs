@@ -11,13 +11,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::domain::{ChannelId, SlotId};
-use crate::ports::{Claim, CommitSummary, CommittedRow, InboundMessage, InboxError, InboxStore};
+use crate::ports::{Claim, CommitSummary, CommittedRow, InboundMessage, InboxError, InboxStore, SlotCursor};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CursorRow {
     pub fence: i64,
     pub pull_next: Option<String>,
     pub holder: String,
+    /// Last claim, commit or cursor store.
+    pub updated_at: Instant,
 }
 
 #[derive(Clone, Debug)]
@@ -112,9 +114,15 @@ impl InboxStore for FakeInbox {
             return Err(InboxError::Fatal("relation \"slot_cursor\" does not exist".into()));
         }
         t.audit.claims += 1;
-        let row = t.cursors.entry(slot).or_insert(CursorRow { fence: 0, pull_next: None, holder: String::new() });
+        let row = t.cursors.entry(slot).or_insert(CursorRow {
+            fence: 0,
+            pull_next: None,
+            holder: String::new(),
+            updated_at: Instant::now(),
+        });
         row.fence += 1;
         row.holder = holder.to_owned();
+        row.updated_at = Instant::now();
         Ok(Claim { fence: row.fence, pull_next: row.pull_next.clone() })
     }
 
@@ -149,6 +157,7 @@ impl InboxStore for FakeInbox {
         t.audit.duplicates += summary.duplicates as u64;
         if let Some(c) = t.cursors.get_mut(&slot) {
             c.pull_next = Some(pull_next.to_owned());
+            c.updated_at = Instant::now();
         }
         Ok(summary)
     }
@@ -158,7 +167,25 @@ impl InboxStore for FakeInbox {
         Self::check_fence(&mut t, slot, fence)?;
         if let Some(c) = t.cursors.get_mut(&slot) {
             c.pull_next = pull_next.map(str::to_owned);
+            c.updated_at = Instant::now();
         }
         Ok(())
+    }
+
+    async fn cursors(&self) -> Result<Vec<SlotCursor>, InboxError> {
+        let t = self.lock();
+        let mut rows: Vec<SlotCursor> = t
+            .cursors
+            .iter()
+            .map(|(slot, c)| SlotCursor {
+                slot: *slot,
+                fence: c.fence,
+                holder: Some(c.holder.clone()),
+                pull_next: c.pull_next.clone(),
+                age: c.updated_at.elapsed(),
+            })
+            .collect();
+        rows.sort_by_key(|c| c.slot);
+        Ok(rows)
     }
 }

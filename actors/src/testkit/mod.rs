@@ -4,8 +4,9 @@
 //! publisher; a pod registry with TTL; and on the outbound side an outbound
 //! store enforcing MsgId uniqueness and claims, a work-queue consumer, a
 //! results outbox, a token bucket, a circuit breaker and an ICOM send endpoint
-//! that counts concurrency and duplicates. Several pods of one test share a
-//! [`FakeWorld`]. The `cabine` crate's integration tests use the real adapters.
+//! that counts concurrency and duplicates; and a pod's own ICOM link that a
+//! test can cut. Several pods of one test share a [`FakeWorld`]. The `cabine`
+//! crate's integration tests use the real adapters.
 
 pub mod breaker;
 pub mod bucket;
@@ -16,6 +17,7 @@ mod icom_conn;
 pub mod inbox;
 pub mod ingress;
 pub mod lease;
+pub mod link;
 pub mod outbound;
 pub mod publish;
 pub mod results;
@@ -28,6 +30,7 @@ pub use cluster::FakePodRegistry;
 pub use icom::{FakeIcom, FakeIcomSettings, IcomAudit, RequestKind, RequestRecord, malformed, message};
 pub use inbox::{FakeInbox, InboxRow};
 pub use lease::{FakeLeaseSettings, FakeLeaseStore};
+pub use link::LinkFault;
 pub use publish::FakePublisher;
 
 pub use breaker::{FakeBreaker, FakeBreakerSettings};

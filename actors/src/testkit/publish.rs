@@ -65,4 +65,15 @@ impl InboundPublisher for FakePublisher {
         };
         Ok(self.publish(stale))
     }
+
+    async fn oldest_unpublished(&self) -> Result<Duration, PublishError> {
+        let published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        let rows = self.inbox.rows();
+        let oldest = rows
+            .iter()
+            .filter(|r| r.message.malformed.is_none() && !published.contains_key(&r.id))
+            .map(|r| r.committed_at.elapsed())
+            .max();
+        Ok(oldest.unwrap_or_default())
+    }
 }

@@ -1,17 +1,21 @@
 //! What every actor of one pod's tree shares: read-only config, the ports,
-//! the lease ledger, the status board, the live-pod view and the exit cell.
+//! the lease ledger, the status board, the live-pod view, the exit cell, and
+//! the failover cooldowns, free-slot sightings and alerts.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::board::StatusBoard;
 use crate::config::{Ports, TreeConfig};
+use crate::failover::FailoverBook;
 use crate::fair::ClusterView;
 use crate::ledger::LeaseLedger;
+use crate::orphans::FreeSlots;
 use crate::outbound::{OutboundConfig, OutboundPorts, OutboundSignal};
 use crate::ports::Lease;
 use crate::slot::schedule::WallClock;
 use crate::tree::TreeExit;
+use crate::watchdog::AlertBoard;
 
 #[derive(Clone)]
 pub struct TreeContext {
@@ -25,6 +29,12 @@ pub struct TreeContext {
     pub signal: OutboundSignal,
     /// Written by Root when it ends (normal after a drain, escalated on failure).
     pub exit: Arc<Mutex<Option<TreeExit>>>,
+    /// The pod's failover cooldowns (slots, heartbeat).
+    pub failover: Arc<FailoverBook>,
+    /// Free slots as the watchdog last saw them (orphan pickup).
+    pub sightings: FreeSlots,
+    /// The watchdog's active alerts (`/cluster`).
+    pub alerts: AlertBoard,
 }
 
 impl TreeContext {
@@ -39,6 +49,9 @@ impl TreeContext {
             clock: WallClock::start(),
             signal: OutboundSignal::default(),
             exit: Arc::default(),
+            failover: Arc::default(),
+            sightings: FreeSlots::default(),
+            alerts: AlertBoard::default(),
         }
     }
 

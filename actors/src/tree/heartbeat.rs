@@ -1,7 +1,7 @@
 //! LeaseHeartbeat: every `heartbeat`, renews EVERY lease the pod holds with
 //! one `renew_many`, marks lost the ones the store refuses (or whose local
 //! validity has passed: renewals failing) and notifies their owners through
-//! the ledger, writes the pod's heartbeat (held slots) and refreshes the
+//! the ledger, writes the pod's heartbeat (held slots, failover cooldowns) and refreshes the
 //! live-pod view that fair share reads. The I/O runs in a spawned task whose
 //! report comes back as a message. On drain it leaves the registry first (so
 //! other pods take the slots over) and keeps renewing until the tree ends.
@@ -105,6 +105,7 @@ impl LeaseHeartbeat {
             uptime_s: self.born.elapsed().as_secs(),
             held: self.ctx.ledger.held_names(),
             streams: c.channels.iter().map(|ch| (*ch, c.stream_pool.get())).collect(),
+            cooldown: self.ctx.failover.cooling_names(Instant::now()),
         }
     }
 
@@ -147,9 +148,11 @@ impl LeaseHeartbeat {
         }
         board.set_detail(ID, "leases_held", ledger.held().len());
         let n = usize::from(self.ctx.config.stream_pool.get());
+        let cooling = self.ctx.failover.cooling(Instant::now());
         for ch in &self.ctx.config.channels {
             let holding = ledger.held_slots(Pool::Stream(*ch)).len();
             metrics::slots(*ch, holding, n.saturating_sub(holding));
+            metrics::slots_cooling(*ch, cooling.iter().filter(|s| s.channel == *ch).count());
         }
         Ok(())
     }

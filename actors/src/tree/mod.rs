@@ -8,7 +8,8 @@
 //!      ├─ Channel(cpm) ── Slot(cpm,1) … Slot(cpm,N)
 //!      ├─ Channel(csm) ── Slot(csm,1) … Slot(csm,N)
 //!      ├─ OutboundDispatcher, Confirmer          (when outbound is configured)
-//!      └─ SendChannel(cpm) ── Sender(cpm,1) … Sender(cpm,K)
+//!      ├─ SendChannel(cpm) ── Sender(cpm,1) … Sender(cpm,K)
+//!      └─ Watchdog                               (cluster view, alerts, orphan sightings)
 //! ```
 
 pub mod channel;
@@ -140,9 +141,14 @@ impl Tree {
         self.ctx.board.clone()
     }
 
+    /// The watchdog's active alerts (no mailbox involved).
+    pub fn alerts(&self) -> Vec<crate::watchdog::Alert> {
+        self.ctx.alerts.get()
+    }
+
     /// Stops and restarts exactly the actor `id` (`slot/cpm/3`, `channel/cpm`,
     /// `leader`, `sweeper`, `lease-heartbeat`, `outbound-dispatcher`, `confirmer`,
-    /// `senders/cpm`, `sender/cpm/1`, `outbound-janitor`); its leases are released, siblings run on.
+    /// `senders/cpm`, `sender/cpm/1`, `outbound-janitor`, `watchdog`); its leases are released, siblings run on.
     pub async fn restart(&self, id: &str) -> Result<(), RestartError> {
         let id = id.to_owned();
         match self.root.call(|reply| RootMsg::Restart { id, reply }, Some(self.control_budget())).await {

@@ -11,7 +11,7 @@
 //! process exits non-zero so the orchestrator replaces the pod. Operator
 //! restarts are immediate and not counted. While draining nothing restarts.
 //! With outbound configured, OutboundDispatcher, Confirmer and one SendChannel
-//! per channel are Root children under the same rules. (Watchdog will join.)
+//! per channel are Root children under the same rules, and so is the Watchdog.
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
@@ -26,6 +26,7 @@ use crate::outbound::dispatcher::{self, DispatcherMsg, OutboundDispatcher};
 use crate::outbound::senders::{SendChannel, SendChannelMsg};
 use crate::slot::DrainOutcome;
 use crate::supervision::{Supervision, Verdict};
+use crate::watchdog::{self, Watchdog};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RootChild {
@@ -35,6 +36,7 @@ pub enum RootChild {
     Dispatcher,
     Confirmer,
     Senders(ChannelId),
+    Watchdog,
 }
 
 impl RootChild {
@@ -46,6 +48,7 @@ impl RootChild {
             RootChild::Dispatcher => dispatcher::ID.into(),
             RootChild::Confirmer => confirmer::ID.into(),
             RootChild::Senders(ch) => SendChannel::id(ch),
+            RootChild::Watchdog => watchdog::ID.into(),
         }
     }
 
@@ -57,6 +60,7 @@ impl RootChild {
             RootChild::Dispatcher => "outbound-dispatcher",
             RootChild::Confirmer => "confirmer",
             RootChild::Senders(_) => "senders",
+            RootChild::Watchdog => "watchdog",
         }
     }
 
@@ -68,6 +72,7 @@ impl RootChild {
             RootChild::Channel(ch) => owner.starts_with(&format!("slot/{ch}/")),
             RootChild::Dispatcher | RootChild::Confirmer => false,
             RootChild::Senders(ch) => owner.starts_with(&format!("sender/{ch}/")),
+            RootChild::Watchdog => false,
         }
     }
 }
@@ -193,6 +198,7 @@ impl Root {
             RootChild::Channel(channel) => {
                 Actor::spawn_linked(None, Channel { channel, ctx }, (), sup).await?.0.get_cell()
             }
+            RootChild::Watchdog => Actor::spawn_linked(None, Watchdog { ctx }, (), sup).await?.0.get_cell(),
             outbound => {
                 let (config, ports) = ctx.outbound().ok_or("outbound actors without outbound ports")?;
                 match outbound {
@@ -281,6 +287,7 @@ impl Root {
             children.extend([RootChild::Dispatcher, RootChild::Confirmer]);
             children.extend(c.channels.iter().map(|ch| RootChild::Senders(*ch)));
         }
+        children.push(RootChild::Watchdog);
         children
     }
 

@@ -7,7 +7,9 @@ use cabine_actors::domain::{ChannelId, PoolSize, SlotId};
 use cabine_actors::testkit::{
     FakeIcomSettings, FakeLeaseSettings, FakeOutboundSettings, FakeSettings, FakeWorld, message,
 };
-use cabine_actors::{ActorStatus, PollMode, RestartPolicy, Tree, TreeConfig, TreeTiming};
+use cabine_actors::{
+    ActorStatus, FailoverConfig, PollMode, RestartPolicy, Tree, TreeConfig, TreeTiming, WatchdogConfig,
+};
 
 pub const CPM: ChannelId = ChannelId::Cpm;
 
@@ -65,6 +67,31 @@ pub fn config(pod: &str, slots: u8) -> TreeConfig {
         poll_mode: PollMode::LongPoll,
         restart: RestartPolicy { max_restarts: 3, window: ms(10_000), backoff_base: ms(50), backoff_max: ms(1000) },
         outbound: None,
+        failover: failover(),
+        watchdog: watchdog(),
+    }
+}
+
+/// Fail over after 3 failed cycles or 2 s of failure; cooldown 4 s doubling up to 16 s; orphan grace 1.5 s.
+pub fn failover() -> FailoverConfig {
+    FailoverConfig {
+        after_failures: 3,
+        after: ms(2000),
+        cooldown: ms(4000),
+        cooldown_max: ms(16_000),
+        orphan_grace: ms(1500),
+    }
+}
+
+/// A look every 250 ms; stale 3 s, unheld 4 s, zero-active 3 s, lag 4 s.
+pub fn watchdog() -> WatchdogConfig {
+    WatchdogConfig {
+        interval: ms(250),
+        stale_after: ms(3000),
+        unheld_after: ms(4000),
+        zero_active_after: ms(3000),
+        lag_after: ms(4000),
+        send_pool: 2,
     }
 }
 

@@ -4,8 +4,10 @@
 
 mod cluster;
 mod common;
+mod failover;
 mod inbound;
 mod outbound;
 mod realtime;
 mod scheduled;
 mod supervision;
+mod watchdog;

@@ -17,6 +17,8 @@ async fn scheduled_polls_keep_to_the_cycle_grid_with_staggered_slots() {
     let world = FakeWorld::new(s);
     let mut cfg = config("pod-a", 2);
     cfg.poll_mode = PollMode::Scheduled { cycle: ms(1000), stagger: ms(300) };
+    // A holder moves its stream once per cycle: the watchdog's thresholds allow for it.
+    (cfg.watchdog.stale_after, cfg.watchdog.zero_active_after) = (ms(5000), ms(5000));
     let tree = Tree::start(cfg, world.ports("pod-a")).await.unwrap();
     tokio::time::sleep(ms(6000)).await;
 
