@@ -1,8 +1,8 @@
 //! Fair share of a channel's stream slots across live pods (DESIGN §4).
 //!
-//! With `P` pods sharing a channel (live from heartbeat keys, minus those in a
-//! failover cooldown on it — unless every pod cools) and `N` slots, pods sorted
-//! by id get a quota of `floor(N/P)`, the first `N mod P` one more: the quotas
+//! With `P` pods sharing a channel (live from heartbeat keys and running it,
+//! minus those in a failover cooldown on it — unless every pod cools) and `N`
+//! slots, pods sorted by id get a quota of `floor(N/P)`, the first `N mod P` one more: the quotas
 //! sum to exactly `N` and none exceeds `ceil(N/P)`. A cooling pod's quota is 0:
 //! it is never "waiting", so nobody hands a slot back to it, and it hands its
 //! own over to pods below quota. A pod holds more than its quota only while no
@@ -45,9 +45,9 @@ pub struct Share<'a> {
 }
 
 impl Share<'_> {
-    /// Live pod ids, sorted, this pod included even before its first beat lands.
+    /// Live pod ids that run the channel, sorted, this pod included even before its first beat lands.
     fn live_ids(&self) -> Vec<&str> {
-        let mut ids: Vec<&str> = self.pods.iter().map(|p| p.pod_id.as_str()).collect();
+        let mut ids: Vec<&str> = self.pods.iter().filter(|p| self.runs_channel(p)).map(|p| p.pod_id.as_str()).collect();
         ids.push(self.me);
         ids.sort_unstable();
         ids.dedup();
@@ -56,6 +56,11 @@ impl Share<'_> {
 
     fn prefix(&self) -> String {
         format!("{}/", Pool::Stream(self.channel))
+    }
+
+    /// The pod has Slot actors for this channel (a beat without pool sizes is assumed to).
+    fn runs_channel(&self, beat: &PodBeat) -> bool {
+        beat.streams.is_empty() || beat.streams.contains_key(&self.channel)
     }
 
     fn beat(&self, pod: &str) -> Option<&PodBeat> {
@@ -96,9 +101,9 @@ impl Share<'_> {
         self.pods.iter().filter(|p| p.pod_id != self.me).any(|p| self.held_by(p) < self.quota(&p.pod_id))
     }
 
-    /// Another live pod could take a slot this pod gives up (it is not cooling on the channel).
+    /// Another live pod could take a slot this pod gives up (it runs the channel and is not cooling on it).
     pub fn others_eligible(&self) -> bool {
-        self.pods.iter().any(|p| p.pod_id != self.me && !self.cooling(&p.pod_id))
+        self.pods.iter().any(|p| p.pod_id != self.me && self.runs_channel(p) && !self.cooling(&p.pod_id))
     }
 
     /// What a standby of this pod may acquire up to (its reservation limit).
@@ -235,6 +240,17 @@ mod tests {
         let a = Share { me_cooling: true, ..share("a", &all) };
         assert_eq!((a.quota("a"), a.quota("b")), (2, 2));
         assert!(!a.others_eligible(), "no one to fail over to");
+    }
+
+    #[test]
+    fn a_pod_that_does_not_run_the_channel_has_no_quota_and_is_never_waiting() {
+        let mut csm_only = beat("b", &[]);
+        csm_only.streams = BTreeMap::from([(ChannelId::Csm, 4)]);
+        let pods = [beat("a", &[1, 2, 3, 4]), csm_only];
+        let a = share("a", &pods);
+        assert_eq!((a.quota("a"), a.quota("b")), (4, 0));
+        assert!(!a.someone_waiting() && !a.others_eligible());
+        assert!(!a.must_hand_over(4, &[1, 2, 3, 4]));
     }
 
     #[test]
