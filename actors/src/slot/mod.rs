@@ -10,7 +10,7 @@
 //! again. Every timer and task carries the generation current when it was
 //! armed; anything older is dropped. Cycles that keep failing hand the slot
 //! over and sit out a cooldown; a standby over its fair share adopts a slot
-//! left free past the orphan grace (see [`failover`](self::failover)).
+//! left free past the orphan grace (`slot/failover.rs`).
 
 pub mod acquire;
 pub mod cycle;
