@@ -4,9 +4,10 @@
 
 use std::collections::HashMap;
 
-use cabine::bench::sim::{BATCH, pacs008_bodies, run};
+use cabine::bench::sim::{BATCH, run};
 use cabine::cli::SimBenchArgs;
 use cabine::config::{DEFAULT_TOML, Settings};
+use cabine::harness::outbound::pacs008_bodies;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_phase_runs_and_the_audit_agrees() {

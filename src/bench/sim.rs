@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use super::latency::Latency;
 use crate::cli::SimBenchArgs;
 use crate::config::Settings;
+use crate::harness::outbound::pacs008_bodies;
 use crate::icom::{EndpointSettings, IcomEndpoint, SendOutcome, WireLimits, tls};
 use crate::sim::{BucketRate, MAX_INJECT, RunningSim, SimConfig, Simulator};
 
@@ -31,13 +32,6 @@ use crate::sim::{BucketRate, MAX_INJECT, RunningSim, SimConfig, Simulator};
 pub const BATCH: usize = 10;
 /// Concurrent streams / clients of the "6" figures (the Central Bank's cap).
 pub const CONCURRENCY: usize = 6;
-/// A catalog pacs.008 (4 KB) whose ids are replaced per message.
-const PACS008: &str = include_str!("../sim/templates/pacs.008_END_1_msg.xml");
-const TEMPLATE_MSG_ID: &str = "M0003816612345678901234567890123";
-const TEMPLATE_E2E: &str = "E9999901012341234123412345678900";
-const TEMPLATE_TO: &str = "99999010";
-const SPI_ISPB: &str = "00038166";
-
 /// The one JSON line.
 #[derive(Debug, Serialize)]
 pub struct SimBenchReport {
@@ -245,21 +239,4 @@ async fn send_all(endpoint: &Arc<IcomEndpoint>, batches: Vec<Vec<Bytes>>) -> any
         latency.record(asked.elapsed());
     }
     Ok((accepted, latency))
-}
-
-/// `n` pacs.008 from `ispb` to the SPI, each with its own MsgId and EndToEndId.
-pub fn pacs008_bodies(ispb: &Ispb, n: usize) -> Vec<Bytes> {
-    let run = rand::random::<u32>() % 10_000;
-    // The participant sends to the SPI: AppHdr's Fr becomes the ISPB, its To the SPI.
-    let template = PACS008
-        .replacen(&format!("<Id>{SPI_ISPB}</Id>"), "<Id>{FROM}</Id>", 1)
-        .replacen(&format!("<Id>{TEMPLATE_TO}</Id>"), &format!("<Id>{SPI_ISPB}</Id>"), 1)
-        .replacen("<Id>{FROM}</Id>", &format!("<Id>{ispb}</Id>"), 1);
-    (0..n)
-        .map(|i| {
-            let msg_id = format!("M{ispb}B{run:04}{i:018}");
-            let e2e = format!("E{ispb}202401011200B{run:04}{:06}", i % 1_000_000);
-            Bytes::from(template.replace(TEMPLATE_MSG_ID, &msg_id).replace(TEMPLATE_E2E, &e2e))
-        })
-        .collect()
 }

@@ -15,6 +15,8 @@ use super::{ChannelId, ConfigError, PoolSize, Settings};
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutboundSettings {
+    /// Run the outbound actors on this pod (false: an inbound-only pod).
+    pub enabled: bool,
     /// Durable pull consumer shared by every pod on the outbound work-queue stream.
     pub consumer: String,
     /// Requests per pull.

@@ -75,6 +75,7 @@ impl Settings {
         };
         config.failover = self.failover.config();
         config.watchdog = self.watchdog.config(self.pools.send.get());
+        config.outbound = self.outbound.enabled.then(|| self.outbound_actors());
         config
     }
 }

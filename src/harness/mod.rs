@@ -4,6 +4,7 @@
 
 mod bus_reader;
 pub mod cluster;
+pub mod outbound;
 mod pod;
 mod redis_server;
 mod sim_process;

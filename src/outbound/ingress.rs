@@ -19,7 +19,7 @@ use cabine_actors::ports::outbound::{
 };
 use cabine_actors::ports::outbound_bus::OutboundRequest;
 
-pub use consumer::{JetStreamIngress, ensure_consumer, pull_batch};
+pub use consumer::{ConsumerSpec, JetStreamIngress, ensure_consumer, pull_batch};
 
 use super::xml_fields;
 use crate::config::{ChannelId, Ispb, Settings};

@@ -1,17 +1,26 @@
 //! The real adapters of one pod, built from Settings: leased slots and pod
-//! heartbeats in Redis, the fenced inbox in Postgres, the JetStream publisher
-//! and the ICOM connector — bundled as the tree's [`Ports`].
+//! heartbeats in Redis, the fenced inbox in Postgres, the JetStream publisher,
+//! the ICOM connector and, with `outbound.enabled`, the outbound side (store,
+//! bus ingress and results, rate bucket and breaker in Redis) — bundled as the
+//! tree's [`Ports`].
 
 use std::sync::Arc;
 
-use cabine_actors::Ports;
+use async_nats::jetstream;
+use cabine_actors::{OutboundPorts, Ports};
 
 use super::Dependencies;
 use crate::config::Settings;
 use crate::http::ClusterSource;
 use crate::icom::{ClientError, IcomChannels};
 use crate::inbox::PgInbox;
+use crate::outbound::ingress::{ConsumerSpec, IngressRules, JetStreamIngress};
+use crate::outbound::results::JetStreamResults;
+use crate::outbound::{OutboundPolicy, PgConfirmations, PgOutboundStore};
 use crate::publish::JetStreamPublisher;
+use crate::redis::breaker::RedisBreaker;
+use crate::redis::bucket::RedisBucket;
+use crate::redis::guard::{GuardKeys, ScriptClock};
 use crate::redis::{KeyLayout, LeaseConfig, RedisLeaseStore, RedisPodRegistry};
 
 pub struct Adapters {
@@ -20,6 +29,62 @@ pub struct Adapters {
     pub inbox: Arc<PgInbox>,
     pub publisher: Arc<JetStreamPublisher>,
     pub icom: Arc<IcomChannels>,
+    /// `None` when `outbound.enabled` is false.
+    pub outbound: Option<OutboundAdapters>,
+}
+
+/// The outbound side's adapters; the store and breaker are also what the
+/// operator endpoints (`/v1/outbound…`, breaker reset) drive.
+#[derive(Clone)]
+pub struct OutboundAdapters {
+    pub store: Arc<PgOutboundStore>,
+    pub breaker: Arc<RedisBreaker>,
+    pub bucket: Arc<RedisBucket>,
+    pub ingress: Arc<JetStreamIngress>,
+    pub results: Arc<JetStreamResults>,
+    pub confirmations: Arc<PgConfirmations>,
+}
+
+impl OutboundAdapters {
+    pub fn build(settings: &Settings, deps: &Dependencies) -> OutboundAdapters {
+        let ispb = &settings.cluster.ispb;
+        let policy = OutboundPolicy::from_settings(settings);
+        let guards = GuardKeys::new(&settings.redis.prefix, &settings.cluster.name, ispb);
+        let o = &settings.outbound;
+        let js = jetstream::new(deps.nats.clone());
+        let spec = ConsumerSpec {
+            stream: settings.nats.outbound_stream.clone(),
+            name: o.consumer.clone(),
+            ack_wait: o.ack_wait,
+            max_ack_pending: i64::try_from(o.pull_batch * 16).unwrap_or(i64::MAX),
+        };
+        let subjects = crate::bus::Subjects::new(&settings.nats, ispb);
+        OutboundAdapters {
+            store: Arc::new(PgOutboundStore::new(deps.postgres.clone(), ispb, policy.clone())),
+            breaker: Arc::new(RedisBreaker::new(deps.redis.clone(), guards.clone(), &o.breaker, ScriptClock::Server)),
+            bucket: Arc::new(RedisBucket::new(deps.redis.clone(), guards, &o.bucket, ScriptClock::Server)),
+            ingress: Arc::new(JetStreamIngress::new(js.clone(), spec, IngressRules::from_settings(settings))),
+            results: Arc::new(JetStreamResults::new(js, subjects.results(), deps.postgres.clone())),
+            confirmations: Arc::new(PgConfirmations::new(
+                deps.postgres.clone(),
+                ispb,
+                policy,
+                settings.postgres.query_timeout,
+            )),
+        }
+    }
+
+    fn ports(&self, icom: Arc<IcomChannels>) -> OutboundPorts {
+        OutboundPorts {
+            store: self.store.clone(),
+            ingress: self.ingress.clone(),
+            results: self.results.clone(),
+            bucket: self.bucket.clone(),
+            breaker: self.breaker.clone(),
+            sends: icom,
+            confirmations: self.confirmations.clone(),
+        }
+    }
 }
 
 impl Adapters {
@@ -37,7 +102,8 @@ impl Adapters {
         let inbox =
             Arc::new(PgInbox::new(deps.postgres.clone(), &settings.cluster.ispb, settings.postgres.query_timeout));
         let publisher = Arc::new(JetStreamPublisher::start(deps.nats.clone(), deps.postgres.clone(), settings));
-        Ok(Adapters { leases, pods, inbox, publisher, icom })
+        let outbound = settings.outbound.enabled.then(|| OutboundAdapters::build(settings, deps));
+        Ok(Adapters { leases, pods, inbox, publisher, icom, outbound })
     }
 
     pub fn ports(&self) -> Ports {
@@ -47,8 +113,7 @@ impl Adapters {
             inbox: self.inbox.clone(),
             icom: self.icom.clone(),
             publisher: self.publisher.clone(),
-            // The outbound side (issue 6) is wired separately.
-            outbound: None,
+            outbound: self.outbound.as_ref().map(|o| o.ports(self.icom.clone())),
         }
     }
 

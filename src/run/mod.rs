@@ -13,7 +13,7 @@ use backon::{ExponentialBuilder, Retryable};
 use cabine_actors::Tree;
 use tokio::sync::watch;
 
-pub use adapters::Adapters;
+pub use adapters::{Adapters, OutboundAdapters};
 pub use stop::shutdown_signal;
 
 use crate::config::Settings;

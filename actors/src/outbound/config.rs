@@ -94,8 +94,11 @@ impl OutboundConfig {
         if self.idle_poll > self.idle_release {
             return fail("outbound.idle_poll", "must be ≤ idle_release");
         }
-        if self.janitor_batch == 0 || self.confirm_batch == 0 {
-            return fail("outbound.janitor_batch", "janitor_batch and confirm_batch must be ≥ 1");
+        if self.janitor_batch == 0 {
+            return fail("outbound.janitor_batch", "must be ≥ 1");
+        }
+        if self.confirm_batch == 0 {
+            return fail("outbound.confirm_batch", "must be ≥ 1");
         }
         Ok(())
     }

@@ -95,21 +95,45 @@ impl IngressAck for JetStreamAck {
     }
 }
 
-/// [`OutboundIngress`] over the durable consumer.
+/// Where the durable consumer lives and how it acknowledges.
+#[derive(Clone, Debug)]
+pub struct ConsumerSpec {
+    pub stream: String,
+    pub name: String,
+    pub ack_wait: Duration,
+    pub max_ack_pending: i64,
+}
+
+/// [`OutboundIngress`] over the durable consumer, created (or found) on the
+/// first pull that reaches JetStream: a bus that is down at start makes the
+/// dispatcher retry, it does not stop the pod.
 pub struct JetStreamIngress {
-    consumer: PullConsumer,
+    js: jetstream::Context,
+    spec: ConsumerSpec,
+    consumer: tokio::sync::OnceCell<PullConsumer>,
     rules: IngressRules,
 }
 
 impl JetStreamIngress {
-    pub fn new(consumer: PullConsumer, rules: IngressRules) -> Self {
-        JetStreamIngress { consumer, rules }
+    pub fn new(js: jetstream::Context, spec: ConsumerSpec, rules: IngressRules) -> Self {
+        JetStreamIngress { js, spec, consumer: tokio::sync::OnceCell::new(), rules }
+    }
+
+    async fn consumer(&self) -> Result<&PullConsumer, IngressError> {
+        let s = &self.spec;
+        self.consumer
+            .get_or_try_init(|| async {
+                ensure_consumer(&self.js, &s.stream, &s.name, s.ack_wait, s.max_ack_pending)
+                    .await
+                    .map_err(|e| IngressError::Unavailable(e.to_string()))
+            })
+            .await
     }
 }
 
 #[async_trait::async_trait]
 impl OutboundIngress for JetStreamIngress {
     async fn pull(&self, max: usize, wait: Duration) -> Result<Vec<Pulled>, IngressError> {
-        pull_batch(&self.consumer, max, wait, &self.rules).await
+        pull_batch(self.consumer().await?, max, wait, &self.rules).await
     }
 }
