@@ -11,7 +11,12 @@ use std::time::Duration;
 use anyhow::ensure;
 use cabine::harness::outbound::{OutboundFeed, Request, pacs008_bodies};
 use cabine::harness::{ClusterSpec, LocalCluster, cluster};
-use serde_json::Value;
+use cabine::redis::breaker::RedisBreaker;
+use cabine::redis::guard::{GuardKeys, ScriptClock};
+use cabine_actors::domain::ChannelId;
+use cabine_actors::ports::breaker::{BreakerState, CircuitBreaker};
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 const TOKEN: &str = "test-admin-token";
@@ -97,17 +102,15 @@ fn field(v: &Value, key: &str) -> u64 {
 async fn three_pods_send_ten_thousand_exactly_once_within_the_bucket_and_the_send_pool() {
     let c = start("cob_10k", 3, &[]).await;
     run(c, async |c| {
-        let n: usize = std::env::var("COB_N").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-        eprintln!("publishing {n}");
+        let n = 10_000;
         let feed = OutboundFeed::of(c);
         let ids = feed
             .publish_all(&pacs008_bodies(&c.settings.cluster.ispb, n), Request::default())
             .await
             .map_err(anyhow::Error::msg)?;
-        eprintln!("published {}", ids.len());
         ensure!(ids.len() == n);
         let n = n as i64;
-        let s = until(Duration::from_secs(60), async || {
+        let s = until(Duration::from_secs(150), async || {
             let s = statuses(c).await?;
             Ok((count(&s, "confirmed") == n, s))
         })
@@ -121,6 +124,257 @@ async fn three_pods_send_ten_thousand_exactly_once_within_the_bucket_and_the_sen
         ensure!(field(&a, "max_in_flight_sends") <= pool, "sends in flight within the send pool: {a}");
         let distinct = c.query("SELECT count(DISTINCT msg_id) FROM outbound").await?;
         ensure!(distinct[0].get::<_, i64>(0) == n, "one row per MsgId");
+        Ok(())
+    })
+    .await;
+}
+
+/// Publishes `n` fresh pacs.008 with these headers; their MsgIds.
+async fn publish(c: &LocalCluster, n: usize, request: Request<'_>) -> anyhow::Result<Vec<String>> {
+    let bodies = pacs008_bodies(&c.settings.cluster.ispb, n);
+    OutboundFeed::of(c).publish_all(&bodies, request).await.map_err(anyhow::Error::msg)
+}
+
+/// Waits until `n` rows are in `status`; the statuses seen last.
+async fn until_count(
+    c: &LocalCluster,
+    status: &str,
+    n: i64,
+    within: Duration,
+) -> anyhow::Result<BTreeMap<String, i64>> {
+    until(within, async || {
+        let s = statuses(c).await?;
+        Ok((count(&s, status) == n, s))
+    })
+    .await
+}
+
+/// The cluster's shared breaker of the primary channel, read as the pods read it.
+async fn breaker(c: &LocalCluster) -> anyhow::Result<RedisBreaker> {
+    let s = &c.settings;
+    let client = cabine::redis::connect(&s.redis)?;
+    fred::interfaces::ClientLike::wait_for_connect(&client).await?;
+    let keys = GuardKeys::new(&s.redis.prefix, &s.cluster.name, &s.cluster.ispb);
+    Ok(RedisBreaker::new(client, keys, &s.outbound.breaker, ScriptClock::Server))
+}
+
+async fn breaker_state(b: &RedisBreaker) -> anyhow::Result<BreakerState> {
+    Ok(b.state(ChannelId::Cpm).await?.state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_msg_id_published_twice_is_sent_once() {
+    let c = start("cob_dup", 2, &[]).await;
+    run(c, async |c| {
+        let body = pacs008_bodies(&c.settings.cluster.ispb, 1).remove(0);
+        let feed = OutboundFeed::of(c);
+        feed.publish_all(std::slice::from_ref(&body), Request::default()).await.map_err(anyhow::Error::msg)?;
+        let s = until_count(c, "confirmed", 1, Duration::from_secs(20)).await?;
+        ensure!(count(&s, "confirmed") == 1, "the first copy is confirmed: {s:?}");
+        feed.publish_all(&[body], Request::default()).await.map_err(anyhow::Error::msg)?;
+        // The second copy is pulled, found under its MsgId and acknowledged: the stream empties.
+        let js = async_nats::jetstream::new(c.nats.clone());
+        let drained = until(Duration::from_secs(20), async || {
+            let mut stream = js.get_stream(&c.settings.nats.outbound_stream).await?;
+            let left = stream.info().await?.state.messages;
+            Ok((left == 0, left))
+        })
+        .await?;
+        ensure!(drained == 0, "the duplicate request was consumed ({drained} left)");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let a = audit(c).await?;
+        ensure!(field(&a, "received_outbound") == 1 && field(&a, "duplicates_outbound") == 0, "one send: {a}");
+        let s = statuses(c).await?;
+        ensure!(s.values().sum::<i64>() == 1, "one row: {s:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_hundreds_open_the_breaker_once_for_the_cluster_and_rows_flow_after_recovery() {
+    // A retry budget longer than the outage's probes: the outage itself must lose nothing.
+    let c = start("cob_brk", 3, &[("CABINE__TIMING__POISON_ATTEMPTS", "20")]).await;
+    run(c, async |c| {
+        let b = breaker(c).await?;
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 1.0, "error_status": 503})).await?;
+        let before = field(&audit(c).await?, "send_requests");
+        let ids = publish(c, 300, Request::default()).await?;
+        let opened = until(Duration::from_secs(10), async || {
+            let st = breaker_state(&b).await?;
+            Ok((st == BreakerState::Open, st))
+        })
+        .await?;
+        ensure!(opened == BreakerState::Open, "the breaker opened: {opened:?}");
+        let outage = Duration::from_secs(6);
+        tokio::time::sleep(outage).await;
+        let during = field(&audit(c).await?, "send_requests") - before;
+        let s = statuses(c).await?;
+        ensure!(count(&s, "sent") + count(&s, "confirmed") + count(&s, "dead") == 0, "nothing got through: {s:?}");
+        // Up to the consecutive-failure threshold (plus the calls already in flight
+        // on the send pool when it opened), then one probe per break.
+        let o = &c.settings.outbound.breaker;
+        let breaks = outage.as_secs() / o.break_time.as_secs() + 2;
+        let bound =
+            u64::from(o.consecutive_failures) + u64::from(c.settings.pools.send.get()) + breaks * u64::from(o.probes);
+        ensure!(during <= bound, "{during} upstream sends during the outage (bound {bound})");
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 0.0})).await?;
+        let s = until_count(c, "confirmed", ids.len() as i64, Duration::from_secs(40)).await?;
+        ensure!(count(&s, "confirmed") == ids.len() as i64, "all confirmed after recovery: {s:?}");
+        let a = audit(c).await?;
+        ensure!(field(&a, "received_outbound") == ids.len() as u64, "each stored once: {a}");
+        ensure!(breaker_state(&b).await? == BreakerState::Closed, "closed again");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refusals_never_open_the_breaker() {
+    let c = start("cob_4xx", 2, &[]).await;
+    run(c, async |c| {
+        let b = breaker(c).await?;
+        c.sim.control.faults(json!({"channel": "cpm", "reject_sends_ratio": 1.0})).await?;
+        let ids = publish(c, 100, Request::default()).await?;
+        let s = until_count(c, "rejected", ids.len() as i64, Duration::from_secs(20)).await?;
+        ensure!(count(&s, "rejected") == ids.len() as i64, "every 403 is a permanent rejection: {s:?}");
+        let view = b.state(ChannelId::Cpm).await?;
+        ensure!(view.state == BreakerState::Closed && view.failures == 0, "4xx never counts: {view:?}");
+        c.sim.control.faults(json!({"channel": "cpm", "reject_sends_ratio": 0.0})).await?;
+        let more = publish(c, 20, Request::default()).await?;
+        let s = until_count(c, "confirmed", more.len() as i64, Duration::from_secs(20)).await?;
+        ensure!(count(&s, "confirmed") == 20 && count(&s, "rejected") == 100, "{s:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connection_resets_are_retried_and_no_msg_id_is_accepted_twice() {
+    let c = start("cob_rst", 2, &[("CABINE__TIMING__POISON_ATTEMPTS", "30")]).await;
+    run(c, async |c| {
+        c.sim.control.faults(json!({"channel": "cpm", "reset_ratio": 0.25})).await?;
+        let ids = publish(c, 1000, Request::default()).await?;
+        let n = ids.len() as i64;
+        let sent = until(Duration::from_secs(60), async || {
+            let s = statuses(c).await?;
+            let done = count(&s, "sent") + count(&s, "confirmed");
+            Ok((done == n, s))
+        })
+        .await?;
+        c.sim.control.faults(json!({"channel": "cpm", "reset_ratio": 0.0})).await?;
+        ensure!(count(&sent, "sent") + count(&sent, "confirmed") == n, "everything sent despite resets: {sent:?}");
+        let a = audit(c).await?;
+        ensure!(field(&a, "fault_resets") > 0, "resets happened: {a}");
+        ensure!(field(&a, "received_outbound") - field(&a, "duplicates_outbound") == n as u64, "stored once: {a}");
+        ensure!(
+            field(&a, "duplicates_outbound") == 0,
+            "a reset before the answer is not stored, so no resend is a duplicate: {a}"
+        );
+        let s = until_count(c, "confirmed", n, Duration::from_secs(30)).await?;
+        ensure!(count(&s, "confirmed") == n, "{s:?}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn saque_troco_rows_time_out_while_the_breaker_is_open_and_are_never_sent_later() {
+    let c = start(
+        "cob_ddl",
+        2,
+        &[("CABINE__OUTBOUND__DEADLINES__SAQUE_TROCO", "3s"), ("CABINE__TIMING__POISON_ATTEMPTS", "20")],
+    )
+    .await;
+    run(c, async |c| {
+        let b = breaker(c).await?;
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 1.0, "error_status": 503})).await?;
+        let standard = publish(c, 30, Request::default()).await?;
+        let opened = until(Duration::from_secs(10), async || {
+            let st = breaker_state(&b).await?;
+            Ok((st == BreakerState::Open, st))
+        })
+        .await?;
+        ensure!(opened == BreakerState::Open, "{opened:?}");
+        let quick = publish(c, 20, Request { priority: "high", class: "saque_troco" }).await?;
+        let s = until_count(c, "timeout", quick.len() as i64, Duration::from_secs(10)).await?;
+        ensure!(count(&s, "timeout") == 20, "saque_troco rows time out: {s:?}");
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 0.0})).await?;
+        let s = until_count(c, "confirmed", standard.len() as i64, Duration::from_secs(30)).await?;
+        ensure!(count(&s, "confirmed") == 30 && count(&s, "timeout") == 20, "{s:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let a = audit(c).await?;
+        ensure!(field(&a, "received_outbound") == 30, "no timed-out row reached the SPI: {a}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn critical_rows_of_a_backlog_are_sent_before_normal_ones() {
+    let c = start("cob_pri", 2, &[]).await;
+    run(c, async |c| {
+        // Hold everything back while the backlog builds: the breaker refuses all sends.
+        let b = breaker(c).await?;
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 1.0, "error_status": 503})).await?;
+        publish(c, 10, Request { priority: "low", class: "standard" }).await?;
+        until(Duration::from_secs(10), async || Ok((breaker_state(&b).await? == BreakerState::Open, ()))).await?;
+        publish(c, 300, Request::default()).await?;
+        publish(c, 30, Request { priority: "critical", class: "standard" }).await?;
+        until_count(c, "queued", 340, Duration::from_secs(10)).await?;
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 0.0})).await?;
+        b.reset(ChannelId::Cpm).await?;
+        until_count(c, "confirmed", 340, Duration::from_secs(30)).await?;
+        let rows = c
+            .query(
+                "SELECT priority::text, sent_at FROM outbound WHERE sent_at IS NOT NULL
+                 ORDER BY sent_at, id",
+            )
+            .await?;
+        // Stored as its rank: 0 critical, 1 high, 2 normal, 3 low.
+        let order: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let last_critical = order.iter().rposition(|p| p == "0").unwrap_or(usize::MAX);
+        let first_normal = order.iter().position(|p| p == "2").unwrap_or(0);
+        ensure!(last_critical < first_normal + 20, "critical first (order {order:?})");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_of_a_pod_holding_send_leases_loses_nothing_and_accepts_nothing_twice() {
+    let c = start("cob_kill", 3, &[]).await;
+    run(c, async |c| {
+        let ids = publish(c, 6000, Request::default()).await?;
+        let n = ids.len() as i64;
+        // The pod holding a send lease while sends are under way.
+        let holder = until(Duration::from_secs(20), async || {
+            let view = c.pod_json(0, "/cluster").await?;
+            let pod = view["holders"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["pool"] == "send")
+                .and_then(|p| p["holders"].as_array()?.first().cloned())
+                .and_then(|h| h["pod"].as_str().map(str::to_owned));
+            let sent = count(&statuses(c).await?, "sent") + count(&statuses(c).await?, "confirmed");
+            Ok((pod.is_some() && sent > 500, pod))
+        })
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no pod holds a send lease"))?;
+        let victim = holder.rsplit("-p").next().and_then(|n| n.parse::<usize>().ok()).map(|n| n - 1).unwrap_or(0);
+        c.pods[victim].signal(Signal::SIGKILL);
+        let s = until_count(c, "confirmed", n, Duration::from_secs(60)).await?;
+        ensure!(count(&s, "confirmed") == n, "everything confirmed after the kill: {s:?}");
+        let a = audit(c).await?;
+        let accepted = field(&a, "received_outbound") - field(&a, "duplicates_outbound");
+        ensure!(accepted == n as u64, "every MsgId accepted by the SPI exactly once: {a}");
+        // A claim killed between the SPI's 201 and our commit is resent under the same
+        // MsgId and refused as a duplicate: at most one batch per sender of the victim.
+        let resends = field(&a, "duplicates_outbound");
+        let per_pod = u64::from(c.settings.outbound.senders_per_channel.get()) * 10;
+        ensure!(resends <= per_pod, "{resends} resends (at most {per_pod})");
+        ensure!(field(&a, "max_in_flight_sends") <= u64::from(c.settings.pools.send.get()), "{a}");
         Ok(())
     })
     .await;

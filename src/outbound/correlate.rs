@@ -3,7 +3,10 @@
 //! - pacs.002 `OrgnlGrpInfAndSts/OrgnlMsgId` + `GrpSts`, and each
 //!   `TxInfAndSts/OrgnlEndToEndId` + `TxSts` (ACSP/ACSC/ACCC/ACCP/ACTC →
 //!   confirmed; RJCT → rejected with its reason code; others → no verdict);
-//! - admi.002 `RltdRef/Ref` → rejected (the message was refused after storing).
+//! - admi.002 `RltdRef/Ref` → rejected (the message was refused after storing),
+//!   except a duplicate MsgId (`AM05`): that is the SPI refusing our resend of
+//!   a message it already holds (a 5xx or a crash after its 201 makes us resend
+//!   the same MsgId), and the first copy's own pacs.002 decides — no verdict.
 //!
 //! [`OutboundStore::confirm`]: cabine_actors::ports::outbound::OutboundStore::confirm
 
@@ -22,6 +25,9 @@ const WANTED: [&str; 9] = [
     "Rsn/RjctgPtyRsn",
     "Rsn/RsnDesc",
 ];
+
+/// The SPI's reason code for a MsgId it already holds.
+const DUPLICATE_MSG_ID: &str = "AM05";
 
 /// Verdicts carried by `raw`; empty when it is neither a pacs.002 nor an admi.002.
 pub fn verdicts(raw: &[u8]) -> Result<Vec<(ConfirmRef, SpiVerdict)>, XmlError> {
@@ -68,6 +74,9 @@ fn verdict(status: &str, code: Option<String>) -> Option<SpiVerdict> {
 fn admi002(fields: &[(usize, String)]) -> Vec<(ConfirmRef, SpiVerdict)> {
     let text = |want: usize| fields.iter().find(|(i, _)| *i == want).map(|(_, t)| t.clone());
     let Some(reference) = text(6) else { return Vec::new() };
+    if text(7).as_deref() == Some(DUPLICATE_MSG_ID) {
+        return Vec::new();
+    }
     let reason = [text(7), text(8)].into_iter().flatten().collect::<Vec<_>>().join(": ");
     vec![(
         ConfirmRef::MsgId(reference),
@@ -114,6 +123,14 @@ mod tests {
             got,
             vec![(ConfirmRef::MsgId("M9999901000000000000000000000001".into()), SpiVerdict::Rejected { reason })]
         );
+    }
+
+    #[test]
+    fn a_duplicate_refusal_of_a_resend_is_no_verdict() {
+        let doc = br#"<Envelope><AppHdr><MsgDefIdr>admi.002.spi.1.3</MsgDefIdr></AppHdr><Document><admi.002.001.01>
+            <RltdRef><Ref>M9999901000000000000000000000001</Ref></RltdRef>
+            <Rsn><RjctgPtyRsn>AM05</RjctgPtyRsn><RsnDesc>Mensagem duplicada</RsnDesc></Rsn></admi.002.001.01></Document></Envelope>"#;
+        assert!(verdicts(doc).unwrap().is_empty());
     }
 
     #[test]

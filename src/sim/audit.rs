@@ -79,6 +79,8 @@ pub struct LaneCounters {
     pub rejected_rate: Count,
     pub fault_429: Count,
     pub fault_5xx: Count,
+    pub fault_4xx_sends: Count,
+    pub send_requests: Count,
     pub fault_resets: Count,
     pub injected: Count,
     pub replies: Count,
@@ -107,6 +109,8 @@ impl LaneCounters {
             &self.rejected_rate,
             &self.fault_429,
             &self.fault_5xx,
+            &self.fault_4xx_sends,
+            &self.send_requests,
             &self.fault_resets,
             &self.injected,
             &self.replies,
@@ -145,6 +149,11 @@ pub struct LaneAudit {
     pub rejected_rate: u64,
     pub fault_429: u64,
     pub fault_5xx: u64,
+    /// POSTs answered 403 by the `reject_sends_ratio` fault.
+    pub fault_4xx_sends: u64,
+    /// Every request that reached the send endpoint (refused or faulted ones included):
+    /// what the breaker tests count.
+    pub send_requests: u64,
     pub fault_resets: u64,
     /// Messages put on the queue by `/sim/inject` and as replies to sends.
     pub injected: u64,

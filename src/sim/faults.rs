@@ -1,5 +1,5 @@
 //! Faults the control API sets at run time, per channel: added latency (fixed +
-//! jitter), ratios of 5xx / connection resets / 429, the long-poll hold, the
+//! jitter), ratios of 5xx / connection resets / 429 / 403 to sends, the long-poll hold, the
 //! stream idle expiry, and closing the connection after each response.
 
 use std::time::Duration;
@@ -24,6 +24,9 @@ pub struct Faults {
     pub reset_ratio: f64,
     /// Share of requests answered 429 with `Retry-After: 1`.
     pub status_429_ratio: f64,
+    /// Share of POSTs (sends only) answered 403: a permanent refusal that must never trip a breaker.
+    #[serde(default)]
+    pub reject_sends_ratio: f64,
     /// Long-poll hold of an empty read before 204.
     pub hold_ms: u64,
     /// A stream without requests for this long is expired and its batch re-queued.
@@ -43,6 +46,7 @@ impl Faults {
             store_before_5xx: false,
             reset_ratio: 0.0,
             status_429_ratio: 0.0,
+            reject_sends_ratio: 0.0,
             hold_ms: hold.as_millis() as u64,
             stream_idle_ms: stream_idle.as_millis() as u64,
             close_after_response: false,
@@ -71,6 +75,7 @@ impl Faults {
             store_before_5xx,
             reset_ratio,
             status_429_ratio,
+            reject_sends_ratio,
             hold_ms,
             stream_idle_ms,
             close_after_response
@@ -79,6 +84,7 @@ impl Faults {
             ("error_5xx_ratio", next.error_5xx_ratio),
             ("reset_ratio", next.reset_ratio),
             ("status_429_ratio", next.status_429_ratio),
+            ("reject_sends_ratio", next.reject_sends_ratio),
         ] {
             if !(0.0..=1.0).contains(&ratio) {
                 return Err(format!("{name} must be within 0.0..=1.0, got {ratio}"));
@@ -95,7 +101,7 @@ impl Faults {
     }
 
     /// Rolls the dice for one request.
-    pub fn roll(&self) -> FaultRoll {
+    pub fn roll(&self, send: bool) -> FaultRoll {
         let mut rng = rand::rng();
         let jitter = if self.jitter_ms > 0 { rng.random_range(0..=self.jitter_ms) } else { 0 };
         let delay = Duration::from_millis(self.latency_ms + jitter);
@@ -105,6 +111,8 @@ impl Faults {
             FaultAction::ServerError(self.error_status)
         } else if self.status_429_ratio > 0.0 && rng.random_bool(self.status_429_ratio) {
             FaultAction::TooManyRequests
+        } else if send && self.reject_sends_ratio > 0.0 && rng.random_bool(self.reject_sends_ratio) {
+            FaultAction::Forbidden
         } else {
             FaultAction::None
         };
@@ -124,6 +132,7 @@ pub struct FaultPatch {
     pub store_before_5xx: Option<bool>,
     pub reset_ratio: Option<f64>,
     pub status_429_ratio: Option<f64>,
+    pub reject_sends_ratio: Option<f64>,
     pub hold_ms: Option<u64>,
     pub stream_idle_ms: Option<u64>,
     pub close_after_response: Option<bool>,
@@ -142,6 +151,8 @@ pub enum FaultAction {
     Reset,
     ServerError(u16),
     TooManyRequests,
+    /// 403 to a send.
+    Forbidden,
 }
 
 #[cfg(test)]
@@ -157,15 +168,23 @@ mod tests {
         let good = FaultPatch { latency_ms: Some(10), status_429_ratio: Some(1.0), ..Default::default() };
         f.apply(&good).unwrap();
         assert_eq!(f.latency_ms, 10);
-        assert_eq!(f.roll().action, FaultAction::TooManyRequests);
-        assert_eq!(f.roll().delay, Duration::from_millis(10));
+        assert_eq!(f.roll(true).action, FaultAction::TooManyRequests);
+        assert_eq!(f.roll(true).delay, Duration::from_millis(10));
     }
 
     #[test]
     fn no_faults_roll_nothing() {
         let f = Faults::none(Duration::from_secs(5), Duration::from_secs(60));
         for _ in 0..100 {
-            assert_eq!(f.roll(), FaultRoll { delay: Duration::ZERO, action: FaultAction::None });
+            assert_eq!(f.roll(true), FaultRoll { delay: Duration::ZERO, action: FaultAction::None });
         }
+    }
+
+    #[test]
+    fn refusing_sends_spares_the_streams() {
+        let mut f = Faults::none(Duration::from_secs(5), Duration::from_secs(60));
+        f.apply(&FaultPatch { reject_sends_ratio: Some(1.0), ..Default::default() }).unwrap();
+        assert_eq!(f.roll(true).action, FaultAction::Forbidden);
+        assert_eq!(f.roll(false).action, FaultAction::None);
     }
 }

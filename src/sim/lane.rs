@@ -231,6 +231,8 @@ impl Lane {
             rejected_rate: c.rejected_rate.get(),
             fault_429: c.fault_429.get(),
             fault_5xx: c.fault_5xx.get(),
+            fault_4xx_sends: c.fault_4xx_sends.get(),
+            send_requests: c.send_requests.get(),
             fault_resets: c.fault_resets.get(),
             injected: c.injected.get(),
             replies: c.replies.get(),

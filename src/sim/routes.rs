@@ -126,6 +126,9 @@ async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Res
         return problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, &detail);
     }
     ctx.attribute(lane);
+    if endpoint == Endpoint::Send {
+        lane.counters.send_requests.add(1);
+    }
     let (_in_flight, count) = InFlight::enter(lane, endpoint == Endpoint::Send, shared.cfg.sends_counted_separately);
     if count > shared.cfg.max_in_flight as u64 {
         lane.counters.rejected_in_flight.add(1);
@@ -137,7 +140,7 @@ async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Res
         return problem::respond(status, Problem::TooManyRequests, &detail);
     }
     let faults = shared.faults(ctx.channel);
-    let roll = faults.roll();
+    let roll = faults.roll(endpoint == Endpoint::Send);
     if roll.delay > Duration::ZERO {
         tokio::time::sleep(roll.delay).await;
     }
@@ -155,6 +158,10 @@ async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Res
             let mut r = problem::respond(StatusCode::TOO_MANY_REQUESTS, Problem::TooManyRequests, "fault injected");
             r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             return r;
+        }
+        FaultAction::Forbidden => {
+            lane.counters.fault_4xx_sends.add(1);
+            return problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, "fault injected: send refused");
         }
         FaultAction::ServerError(status) => {
             lane.counters.fault_5xx.add(1);
