@@ -364,6 +364,19 @@ async fn sigkill_of_a_pod_holding_send_leases_loses_nothing_and_accepts_nothing_
         .ok_or_else(|| anyhow::anyhow!("no pod holds a send lease"))?;
         let victim = holder.rsplit("-p").next().and_then(|n| n.parse::<usize>().ok()).map(|n| n - 1).unwrap_or(0);
         c.pods[victim].signal(Signal::SIGKILL);
+        let killed = Instant::now();
+        let survivor = (victim + 1) % c.pods.len();
+        let freed = until(Duration::from_secs(10), async || {
+            let view = c.pod_json(survivor, "/cluster").await?;
+            let held = view["holders"].as_array().into_iter().flatten().filter(|p| p["pool"] == "send").any(|p| {
+                p["holders"].as_array().into_iter().flatten().any(|h| h["pod"].as_str() == Some(holder.as_str()))
+            });
+            Ok((!held, killed.elapsed()))
+        })
+        .await?;
+        let t = &c.settings.timing;
+        ensure!(freed <= t.lease + t.lock_delay + Duration::from_millis(500), "send lease freed after {freed:?}");
+        ensure!(freed + t.heartbeat >= t.lease + t.lock_delay - Duration::from_millis(300), "not before: {freed:?}");
         let s = until_count(c, "confirmed", n, Duration::from_secs(60)).await?;
         ensure!(count(&s, "confirmed") == n, "everything confirmed after the kill: {s:?}");
         let a = audit(c).await?;
