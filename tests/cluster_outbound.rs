@@ -392,3 +392,44 @@ async fn sigkill_of_a_pod_holding_send_leases_loses_nothing_and_accepts_nothing_
     })
     .await;
 }
+
+/// The `outbound-dispatcher` entry of pod `i`'s `/actors`.
+async fn dispatcher(c: &LocalCluster, i: usize) -> anyhow::Result<Value> {
+    fn find(node: &Value) -> Option<Value> {
+        if node["id"] == "outbound-dispatcher" {
+            return Some(node.clone());
+        }
+        node["children"].as_array()?.iter().find_map(find)
+    }
+    find(&c.pod_json(i, "/actors").await?).ok_or_else(|| anyhow::anyhow!("no outbound-dispatcher in /actors"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn above_max_queued_the_dispatchers_stop_pulling_and_say_so() {
+    let extra = [("CABINE__OUTBOUND__MAX_QUEUED", "50"), ("CABINE__OUTBOUND__PULL_BATCH", "20")];
+    let c = start("cob_bp", 1, &extra).await;
+    run(c, async |c| {
+        let b = breaker(c).await?;
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 1.0, "error_status": 503})).await?;
+        publish(c, 10, Request::default()).await?;
+        until(Duration::from_secs(10), async || Ok((breaker_state(&b).await? == BreakerState::Open, ()))).await?;
+        publish(c, 300, Request::default()).await?;
+        let d = until(Duration::from_secs(10), async || {
+            let d = dispatcher(c, 0).await?;
+            Ok((d["details"]["backpressure"] == true, d))
+        })
+        .await?;
+        ensure!(d["state"] == "backpressure" && d["details"]["backpressure"] == true, "shown in /actors: {d}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let stored: i64 = statuses(c).await?.values().sum();
+        ensure!((50..=50 + 20).contains(&stored), "stops pulling past max_queued: {stored} stored");
+        let metrics = reqwest::get(format!("http://{}/metrics", c.pods[0].http)).await?.text().await?;
+        ensure!(metrics.lines().any(|l| l.starts_with("cabine_outbound_backpressure") && l.ends_with(" 1")), "metric");
+        c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 0.0})).await?;
+        b.reset(ChannelId::Cpm).await?;
+        let s = until_count(c, "confirmed", 310, Duration::from_secs(30)).await?;
+        ensure!(count(&s, "confirmed") == 310, "the rest is pulled once the queue drains: {s:?}");
+        Ok(())
+    })
+    .await;
+}
