@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use cabine::harness::outbound::{OutboundFeed, Request, pacs008_bodies};
-use cabine::harness::{ClusterSpec, LocalCluster, cluster};
+use cabine::harness::{BusReader, ClusterSpec, LocalCluster, cluster};
 use cabine::redis::breaker::RedisBreaker;
 use cabine::redis::guard::{GuardKeys, ScriptClock};
 use cabine_actors::domain::ChannelId;
@@ -103,6 +103,10 @@ async fn three_pods_send_ten_thousand_exactly_once_within_the_bucket_and_the_sen
     let c = start("cob_10k", 3, &[]).await;
     run(c, async |c| {
         let n = 10_000;
+        let subject = cabine::bus::Subjects::new(&c.settings.nats, &c.settings.cluster.ispb).results();
+        let results = BusReader::start(c.nats.clone(), &c.settings.nats.results_stream, &subject)
+            .await
+            .map_err(anyhow::Error::msg)?;
         let feed = OutboundFeed::of(c);
         let ids = feed
             .publish_all(&pacs008_bodies(&c.settings.cluster.ispb, n), Request::default())
@@ -124,6 +128,13 @@ async fn three_pods_send_ten_thousand_exactly_once_within_the_bucket_and_the_sen
         ensure!(field(&a, "max_in_flight_sends") <= pool, "sends in flight within the send pool: {a}");
         let distinct = c.query("SELECT count(DISTINCT msg_id) FROM outbound").await?;
         ensure!(distinct[0].get::<_, i64>(0) == n, "one row per MsgId");
+        // accepted, sent, confirmed: one result event each, each once on the bus.
+        let events = until(Duration::from_secs(20), async || {
+            let (unique, read) = results.with(|a| (a.first.len(), a.read));
+            Ok((unique >= 3 * n as usize, (unique, read)))
+        })
+        .await?;
+        ensure!(events.0 == 3 * n as usize && events.1 == events.0 as u64, "result events (unique, read): {events:?}");
         Ok(())
     })
     .await;

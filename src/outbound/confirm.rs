@@ -66,7 +66,7 @@ impl PgConfirmations {
         };
         for (reference, verdict) in verdicts {
             match self.store.verdict_on(tx, &reference, &verdict).await? {
-                ConfirmOutcome::Applied(event) => done.applied.push(event),
+                ConfirmOutcome::Applied(events) => done.applied.extend(events),
                 ConfirmOutcome::AlreadyFinal(_) => done.already_final += 1,
                 ConfirmOutcome::Unknown => done.unknown += 1,
             }

@@ -162,19 +162,22 @@ async fn the_spi_s_verdict_finds_the_message_by_msg_id_or_end_to_end_id() {
     let sent = |r: &str| SendResult::Sent { resource_id: r.into() };
     rig.store.record(&claim, &[(a.msg_id.clone(), sent("R1")), (b.msg_id.clone(), sent("R2"))]).await.unwrap();
     let by_e2e = ConfirmRef::EndToEndId(a.end_to_end_ids[0].clone());
-    let ConfirmOutcome::Applied(ev) = rig.store.confirm(&by_e2e, &SpiVerdict::Confirmed).await.unwrap() else {
+    let ConfirmOutcome::Applied(mut ev) = rig.store.confirm(&by_e2e, &SpiVerdict::Confirmed).await.unwrap() else {
         panic!("applied")
     };
+    let ev = ev.pop().expect("the verdict's event");
     assert_eq!((ev.status, ev.resource_ids.clone()), (ResultStatus::Confirmed, vec!["R1".to_owned()]));
     assert_eq!(
         rig.store.confirm(&by_e2e, &SpiVerdict::Confirmed).await.unwrap(),
         ConfirmOutcome::AlreadyFinal(OutboundStatus::Confirmed)
     );
     let rejected = SpiVerdict::Rejected { reason: "RJCT AB03".into() };
-    let ConfirmOutcome::Applied(ev) = rig.store.confirm(&ConfirmRef::MsgId(b.msg_id.clone()), &rejected).await.unwrap()
+    let ConfirmOutcome::Applied(mut ev) =
+        rig.store.confirm(&ConfirmRef::MsgId(b.msg_id.clone()), &rejected).await.unwrap()
     else {
         panic!("applied")
     };
+    let ev = ev.pop().expect("the verdict's event");
     assert_eq!((ev.status, ev.detail.as_deref()), (ResultStatus::RejectedBySpi, Some("RJCT AB03")));
     assert_eq!(
         rig.store.confirm(&ConfirmRef::MsgId("M0".into()), &SpiVerdict::Confirmed).await.unwrap(),
@@ -214,5 +217,30 @@ async fn a_sent_message_without_a_verdict_is_flagged_once() {
     assert!(detail.row.unconfirmed_since.is_some() && detail.row.status == OutboundStatus::Sent);
     let last = detail.history.last().unwrap();
     assert!(last.event.is_none() && last.detail.as_deref().unwrap().contains("no confirmation"));
+    rig.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_verdict_that_overtakes_the_record_of_its_send_still_yields_sent_then_confirmed() {
+    let rig = Rig::new().await;
+    let a = msg(1, Priority::Normal, minutes(5));
+    rig.store.insert(&a).await.unwrap();
+    let (claim, _) = rig.take(10).await;
+    // The SPI's pacs.002 is correlated while the sender still holds the 201.
+    let by_e2e = ConfirmRef::EndToEndId(a.end_to_end_ids[0].clone());
+    let ConfirmOutcome::Applied(events) = rig.store.confirm(&by_e2e, &SpiVerdict::Confirmed).await.unwrap() else {
+        panic!("applied")
+    };
+    let order: Vec<ResultStatus> = events.iter().map(|e| e.status).collect();
+    assert_eq!(order, [ResultStatus::Sent, ResultStatus::Confirmed]);
+    // The late record changes no state but keeps the ResourceId.
+    let recorded =
+        rig.store.record(&claim, &[(a.msg_id.clone(), SendResult::Sent { resource_id: "R1".into() })]).await.unwrap();
+    assert!(recorded.events.is_empty(), "no second sent event");
+    let detail = rig.store.get(&a.msg_id).await.unwrap().expect("stored");
+    assert_eq!(
+        (detail.row.status, detail.row.resource_ids.clone()),
+        (OutboundStatus::Confirmed, vec!["R1".to_owned()])
+    );
     rig.drop_schema().await;
 }

@@ -69,7 +69,7 @@ impl Confirmations for FakeConfirmations {
                 SpiVerdict::Confirmed
             };
             match self.store.confirm(&ConfirmRef::EndToEndId(e2e), &verdict).await {
-                Ok(ConfirmOutcome::Applied(event)) => out.applied.push(event),
+                Ok(ConfirmOutcome::Applied(events)) => out.applied.extend(events),
                 Ok(ConfirmOutcome::AlreadyFinal(_)) => out.already_final += 1,
                 Ok(ConfirmOutcome::Unknown) => out.unknown += 1,
                 Err(e) => return Err(ConfirmError::Unavailable(e.to_string())),

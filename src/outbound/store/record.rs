@@ -11,6 +11,7 @@ use std::time::Duration;
 use cabine_actors::ports::outbound::{
     ClaimToken, ConfirmOutcome, ConfirmRef, OutboundError, Recorded, SendResult, SpiVerdict,
 };
+use cabine_actors::ports::outbound_bus::ResultEvent;
 use deadpool_postgres::GenericClient;
 
 use super::{PgOutboundStore, millis, retry_status, run_changes};
@@ -84,6 +85,16 @@ impl PgOutboundStore {
                  claim = NULL, claimed_at = NULL, last_error = NULL",
             );
             changes.extend(run_changes(&tx, &sql, &[&g.sent.0, &g.sent.1, &self.ispb]).await?);
+            // Rows a verdict finished before this 201 was recorded still get their ResourceIds.
+            tx.execute(
+                "UPDATE outbound o SET resource_ids = o.resource_ids || r.rid
+                 FROM unnest($1::text[], $2::text[]) AS r(msg_id, rid)
+                 WHERE o.msg_id = r.msg_id AND o.ispb = $3 AND o.status IN ('sent', 'confirmed', 'rejected_by_spi')
+                   AND NOT (o.resource_ids @> ARRAY[r.rid])",
+                &[&g.sent.0, &g.sent.1, &self.ispb],
+            )
+            .await
+            .map_err(|e| pg_error(&e))?;
         }
         if !g.rejected.0.is_empty() {
             let sql = transition_sql(
@@ -151,6 +162,7 @@ impl PgOutboundStore {
             ConfirmRef::MsgId(m) => ("msg_id = $1", m),
             ConfirmRef::EndToEndId(e) => ("end_to_end_ids @> ARRAY[$1::text]", e),
         };
+        let mut events = self.sent_before_verdict(client, matches, key).await?;
         let (status, note) = match verdict {
             SpiVerdict::Confirmed => ("confirmed", None),
             SpiVerdict::Rejected { reason } => ("rejected_by_spi", Some(reason.as_str())),
@@ -166,7 +178,8 @@ impl PgOutboundStore {
         let changes = run_changes(client, &sql, &[key, &self.ispb, &note, &status]).await?;
         if let Some(event) = changes.into_iter().find_map(|c| c.event) {
             metrics::counter!("cabine_outbound_verdicts_total", "status" => status).increment(1);
-            return Ok(ConfirmOutcome::Applied(event));
+            events.push(event);
+            return Ok(ConfirmOutcome::Applied(events));
         }
         let sql = format!("SELECT status FROM outbound WHERE {matches} AND ispb = $2 LIMIT 1");
         let found = client.query_opt(&sql, &[key, &self.ispb]).await.map_err(|e| pg_error(&e))?;
@@ -174,6 +187,33 @@ impl PgOutboundStore {
             None => Ok(ConfirmOutcome::Unknown),
             Some(r) => Ok(ConfirmOutcome::AlreadyFinal(r.get::<_, String>(0).parse().map_err(OutboundError::Fatal)?)),
         }
+    }
+}
+
+impl PgOutboundStore {
+    /// A verdict proves the SPI stored the message: a row still `sending` (its
+    /// sender has the 201 but has not recorded it yet) or `queued` (a claim
+    /// recovered after a crash past the 201) is `sent` first, so the bank's core
+    /// hears `sent` before `confirmed` and `sent_at` is never missing.
+    async fn sent_before_verdict<C: GenericClient>(
+        &self,
+        client: &C,
+        matches: &str,
+        key: &String,
+    ) -> Result<Vec<ResultEvent>, OutboundError> {
+        let sql = transition_sql(
+            &format!(
+                "SELECT id, status AS from_status, 'the SPI answered before the send was recorded' AS note
+                 FROM outbound WHERE {matches} AND ispb = $2 AND status IN ('queued', 'sending') FOR UPDATE"
+            ),
+            "status = 'sent', attempts = attempts + 1, sent_at = now(), claim = NULL, claimed_at = NULL,
+             last_error = NULL",
+        );
+        let changes = run_changes(client, &sql, &[key, &self.ispb]).await?;
+        if !changes.is_empty() {
+            metrics::counter!("cabine_outbound_sent_by_verdict_total").increment(changes.len() as u64);
+        }
+        Ok(changes.into_iter().filter_map(|c| c.event).collect())
     }
 }
 

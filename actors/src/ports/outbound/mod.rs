@@ -145,7 +145,10 @@ pub enum SpiVerdict {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfirmOutcome {
-    Applied(ResultEvent),
+    /// The result events, in order: `sent` first when the verdict arrived
+    /// before the send was recorded (the verdict proves it was stored), then
+    /// the verdict's own.
+    Applied(Vec<ResultEvent>),
     /// Already confirmed / rejected by the SPI / invalid: unchanged.
     AlreadyFinal(OutboundStatus),
     /// No outbound message carries that reference.

@@ -168,7 +168,7 @@ pub fn confirm(t: &mut Table, now: SystemTime, reference: &ConfirmRef, verdict: 
         unclaim(r);
     });
     match event {
-        Some(event) => ConfirmOutcome::Applied(event),
+        Some(event) => ConfirmOutcome::Applied(vec![event]),
         None => ConfirmOutcome::AlreadyFinal(status),
     }
 }
