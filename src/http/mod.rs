@@ -89,3 +89,34 @@ pub async fn serve(
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn without_an_outbound_side_every_outbound_endpoint_answers_503() {
+        crate::install_crypto_provider();
+        let state =
+            AppState { readiness: Readiness::default(), metrics: crate::telemetry::metrics_handle(), operator: None };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), state, async { _ = stopped.await }).await.unwrap();
+        let http = reqwest::Client::new();
+        for (method, path) in [
+            (reqwest::Method::GET, "/v1/outbound/M1"),
+            (reqwest::Method::GET, "/v1/outbound?status=dead"),
+            (reqwest::Method::POST, "/v1/outbound?channel=cpm"),
+            (reqwest::Method::POST, "/v1/outbound/M1/reprocess"),
+            (reqwest::Method::POST, "/v1/breakers/99999010/cpm/reset"),
+        ] {
+            let r = http.request(method, format!("http://{addr}{path}")).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{path}");
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert!(body["error"].as_str().unwrap().contains("outbound.enabled"), "{path}: {body}");
+        }
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
+}
