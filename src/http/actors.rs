@@ -25,7 +25,7 @@ pub async fn restart(State(state): State<AppState>, Path(target): Path<String>, 
         return answer(StatusCode::SERVICE_UNAVAILABLE, "the actor tree is not running");
     };
     if let Err(refused) = require_bearer(&headers, operator.admin_token.expose()) {
-        return refused;
+        return refused.into_response();
     }
     match operator.tree.restart(&id).await {
         Ok(()) => {

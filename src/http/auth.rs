@@ -6,19 +6,40 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-/// `{"error": "..."}` with `status`.
-pub fn answer(status: StatusCode, error: &str) -> Response {
-    (status, Json(json!({ "error": error }))).into_response()
+/// An endpoint's refusal: its status and `{"error": "..."}` (401 adds `WWW-Authenticate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub error: String,
 }
 
-/// 401 unless `headers` carry `Authorization: Bearer {token}`.
-pub fn require_bearer(headers: &HeaderMap, token: &str) -> Result<(), Response> {
+impl Refusal {
+    pub fn new(status: StatusCode, error: impl Into<String>) -> Self {
+        Refusal { status, error: error.into() }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, Json(json!({ "error": self.error }))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        r
+    }
+}
+
+/// `{"error": "..."}` with `status`.
+pub fn answer(status: StatusCode, error: &str) -> Response {
+    Refusal::new(status, error).into_response()
+}
+
+/// A 401 refusal unless `headers` carry `Authorization: Bearer {token}`.
+pub fn require_bearer(headers: &HeaderMap, token: &str) -> Result<(), Refusal> {
     if bearer_matches(headers, token) {
         return Ok(());
     }
-    let mut r = answer(StatusCode::UNAUTHORIZED, "a valid bearer token (http.admin_token) is required");
-    r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-    Err(r)
+    Err(Refusal::new(StatusCode::UNAUTHORIZED, "a valid bearer token (http.admin_token) is required"))
 }
 
 /// `Authorization: Bearer {token}`, compared in constant time; an empty token never matches.
@@ -54,7 +75,7 @@ mod tests {
         assert!(!bearer_matches(&with("Basic s3cret"), "s3cret"));
         assert!(!bearer_matches(&HeaderMap::new(), "s3cret"));
         assert!(!bearer_matches(&with("Bearer "), ""));
-        let refused = require_bearer(&HeaderMap::new(), "s3cret").unwrap_err();
+        let refused = require_bearer(&HeaderMap::new(), "s3cret").unwrap_err().into_response();
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
         assert!(refused.headers().contains_key(header::WWW_AUTHENTICATE));
     }

@@ -11,7 +11,7 @@ use cabine_actors::ports::breaker::BreakerError;
 use serde_json::json;
 
 use super::AppState;
-use super::auth::{answer, require_bearer};
+use super::auth::{Refusal, require_bearer};
 use super::outbound::outbound_of;
 use crate::outbound::ingress::enabled_channel;
 
@@ -19,21 +19,14 @@ pub async fn reset(
     State(state): State<AppState>,
     Path((ispb, channel)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Response {
-    let (operator, o) = match outbound_of(&state) {
-        Ok(found) => found,
-        Err(r) => return r,
-    };
-    if let Err(refused) = require_bearer(&headers, operator.admin_token.expose()) {
-        return refused;
-    }
+) -> Result<Response, Refusal> {
+    let (operator, o) = outbound_of(&state)?;
+    require_bearer(&headers, operator.admin_token.expose())?;
     if ispb != o.rules.ispb.as_str() {
-        return answer(StatusCode::NOT_FOUND, &format!("this cluster serves ISPB {}, not {ispb:?}", o.rules.ispb));
+        let why = format!("this cluster serves ISPB {}, not {ispb:?}", o.rules.ispb);
+        return Err(Refusal::new(StatusCode::NOT_FOUND, why));
     }
-    let channel = match enabled_channel(&channel, &o.rules) {
-        Ok(c) => c,
-        Err(why) => return answer(StatusCode::NOT_FOUND, &why),
-    };
+    let channel = enabled_channel(&channel, &o.rules).map_err(|why| Refusal::new(StatusCode::NOT_FOUND, why))?;
     let after = async {
         o.breaker.reset(channel).await?;
         o.breaker.state(channel).await
@@ -41,10 +34,14 @@ pub async fn reset(
     match o.bounded(after).await {
         Some(Ok(view)) => {
             tracing::warn!(%channel, "operator breaker reset");
-            Json(json!({ "ispb": ispb, "channel": channel, "breaker": view })).into_response()
+            Ok(Json(json!({ "ispb": ispb, "channel": channel, "breaker": view })).into_response())
         }
-        Some(Err(e @ BreakerError::Unavailable(_))) => answer(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
-        Some(Err(e @ BreakerError::Fatal(_))) => answer(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-        None => answer(StatusCode::SERVICE_UNAVAILABLE, &format!("breaker: no answer within {:?}", o.timeout)),
+        Some(Err(e @ BreakerError::Unavailable(_))) => {
+            Err(Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+        }
+        Some(Err(e @ BreakerError::Fatal(_))) => Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        None => {
+            Err(Refusal::new(StatusCode::SERVICE_UNAVAILABLE, format!("breaker: no answer within {:?}", o.timeout)))
+        }
     }
 }

@@ -18,7 +18,7 @@ use cabine_actors::ports::outbound_bus::ResultSink;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{answer, require_bearer};
+use super::auth::{Refusal, require_bearer};
 use super::outbound_view::{DetailView, PageView};
 use super::{AppState, Operator};
 use crate::bus::Subjects;
@@ -51,39 +51,40 @@ impl OutboundOperator {
     }
 
     /// The store's answer, or the 503 / 500 that says why there is none.
-    async fn stored<T>(&self, f: impl Future<Output = Result<T, OutboundError>>) -> Result<T, Response> {
+    async fn stored<T>(&self, f: impl Future<Output = Result<T, OutboundError>>) -> Result<T, Refusal> {
         match self.bounded(f).await {
             Some(Ok(v)) => Ok(v),
             Some(Err(e @ OutboundError::Unavailable(_))) => {
-                Err(answer(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()))
+                Err(Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
             }
-            Some(Err(e @ OutboundError::Fatal(_))) => Err(answer(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())),
-            None => Err(answer(
+            Some(Err(e @ OutboundError::Fatal(_))) => {
+                Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+            }
+            None => Err(Refusal::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &format!("outbound store: no answer within {:?}", self.timeout),
+                format!("outbound store: no answer within {:?}", self.timeout),
             )),
         }
     }
 }
 
 /// The pod's operator handles with its outbound side, or the 503 saying there is none.
-pub fn outbound_of(state: &AppState) -> Result<(&Operator, &OutboundOperator), Response> {
-    let disabled = || answer(StatusCode::SERVICE_UNAVAILABLE, "outbound is not enabled on this pod (outbound.enabled)");
+pub fn outbound_of(state: &AppState) -> Result<(&Operator, &OutboundOperator), Refusal> {
+    let disabled =
+        || Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "outbound is not enabled on this pod (outbound.enabled)");
     let operator = state.operator.as_ref().ok_or_else(disabled)?;
     let outbound = operator.outbound.as_ref().ok_or_else(disabled)?;
     Ok((operator, outbound))
 }
 
-pub async fn detail(State(state): State<AppState>, Path(msg_id): Path<String>) -> Response {
-    let (_, o) = match outbound_of(&state) {
-        Ok(found) => found,
-        Err(r) => return r,
-    };
-    match o.stored(o.store.get(&msg_id)).await {
-        Ok(Some(d)) => Json(DetailView::from(d)).into_response(),
-        Ok(None) => answer(StatusCode::NOT_FOUND, &format!("no outbound message {msg_id:?}")),
-        Err(r) => r,
-    }
+fn unknown(msg_id: &str) -> Refusal {
+    Refusal::new(StatusCode::NOT_FOUND, format!("no outbound message {msg_id:?}"))
+}
+
+pub async fn detail(State(state): State<AppState>, Path(msg_id): Path<String>) -> Result<Response, Refusal> {
+    let (_, o) = outbound_of(&state)?;
+    let detail = o.stored(o.store.get(&msg_id)).await?.ok_or_else(|| unknown(&msg_id))?;
+    Ok(Json(DetailView::from(detail)).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,19 +94,14 @@ pub struct ListQuery {
     limit: Option<u32>,
 }
 
-pub async fn list(State(state): State<AppState>, query: Result<Query<ListQuery>, QueryRejection>) -> Response {
-    let (_, o) = match outbound_of(&state) {
-        Ok(found) => found,
-        Err(r) => return r,
-    };
-    let (status, after, limit) = match list_args(query) {
-        Ok(args) => args,
-        Err(why) => return answer(StatusCode::BAD_REQUEST, &why),
-    };
-    match o.stored(o.store.list(status, after, limit)).await {
-        Ok(page) => Json(PageView::of(status, page)).into_response(),
-        Err(r) => r,
-    }
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, Refusal> {
+    let (_, o) = outbound_of(&state)?;
+    let (status, after, limit) = list_args(query).map_err(|why| Refusal::new(StatusCode::BAD_REQUEST, why))?;
+    let page = o.stored(o.store.list(status, after, limit)).await?;
+    Ok(Json(PageView::of(status, page)).into_response())
 }
 
 /// `status` (required, one of the statuses), `after` (a row id), `limit` in 1..=500 (100).
@@ -121,34 +117,32 @@ fn list_args(query: Result<Query<ListQuery>, QueryRejection>) -> Result<(Outboun
     Ok((status, q.after, limit))
 }
 
-pub async fn reprocess(State(state): State<AppState>, Path(msg_id): Path<String>, headers: HeaderMap) -> Response {
-    let (operator, o) = match outbound_of(&state) {
-        Ok(found) => found,
-        Err(r) => return r,
-    };
-    if let Err(refused) = require_bearer(&headers, operator.admin_token.expose()) {
-        return refused;
-    }
-    let msg_id = msg_id.as_str();
-    match o.stored(o.store.reprocess(msg_id)).await {
-        Ok(Reprocessed::Queued(event)) => {
+pub async fn reprocess(
+    State(state): State<AppState>,
+    Path(msg_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    let (operator, o) = outbound_of(&state)?;
+    require_bearer(&headers, operator.admin_token.expose())?;
+    let body = match o.stored(o.store.reprocess(&msg_id)).await? {
+        Reprocessed::Queued(event) => {
             tracing::warn!(msg_id, "operator reprocess: queued again");
             let published = matches!(o.bounded(o.results.publish(std::slice::from_ref(&event))).await, Some(Ok(_)));
-            let body = json!({
+            json!({
                 "msg_id": msg_id,
                 "status": OutboundStatus::Queued,
                 "result": "queued again with the same MsgId and a fresh deadline; poison attempts count from now",
                 "event_published": published,
-            });
-            (StatusCode::OK, Json(body)).into_response()
+            })
         }
-        Ok(Reprocessed::NotFound) => answer(StatusCode::NOT_FOUND, &format!("no outbound message {msg_id:?}")),
-        Ok(Reprocessed::NotAllowed(status)) => {
+        Reprocessed::NotFound => return Err(unknown(&msg_id)),
+        Reprocessed::NotAllowed(status) => {
             let why = format!("{msg_id} is {status}: only dead or rejected messages can be reprocessed");
-            (StatusCode::CONFLICT, Json(json!({ "error": why, "msg_id": msg_id, "status": status }))).into_response()
+            let body = json!({ "error": why, "msg_id": msg_id, "status": status });
+            return Ok((StatusCode::CONFLICT, Json(body)).into_response());
         }
-        Err(r) => r,
-    }
+    };
+    Ok((StatusCode::OK, Json(body)).into_response())
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::AppState;
-use super::auth::{answer, require_bearer};
+use super::auth::{Refusal, require_bearer};
 use super::outbound::{OutboundOperator, outbound_of};
 use crate::outbound::ingress::{
     DEADLINE_CLASS_HEADER, DEADLINE_HEADER, PRIORITY_HEADER, RawRequest, enabled_channel, parse_request,
@@ -39,22 +39,16 @@ pub async fn send(
     query: Result<Query<SendQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let (operator, o) = match outbound_of(&state) {
-        Ok(found) => found,
-        Err(r) => return r,
-    };
-    if let Err(refused) = require_bearer(&headers, operator.admin_token.expose()) {
-        return refused;
-    }
-    let body = match body {
-        Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+) -> Result<Response, Refusal> {
+    let (operator, o) = outbound_of(&state)?;
+    require_bearer(&headers, operator.admin_token.expose())?;
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => {
             let max = o.rules.max_message_bytes;
-            return answer(e.status(), &format!("the body exceeds outbound.max_message_bytes ({max})"));
+            Refusal::new(e.status(), format!("the body exceeds outbound.max_message_bytes ({max})"))
         }
-        Err(e) => return answer(e.status(), &e.body_text()),
-    };
+        status => Refusal::new(status, e.body_text()),
+    })?;
     let channel = match query {
         Ok(Query(SendQuery { channel: Some(name) })) => enabled_channel(&name, &o.rules),
         Ok(_) => Err("the query parameter channel is required (?channel=cpm)".to_owned()),
@@ -66,13 +60,13 @@ pub async fn send(
         OutboundRequest::Valid(message) => publish(o, &headers, message).await,
         OutboundRequest::Invalid(invalid) => {
             let body = json!({ "error": invalid.reason, "claimed_msg_id": invalid.claimed_msg_id });
-            (StatusCode::BAD_REQUEST, Json(body)).into_response()
+            Ok((StatusCode::BAD_REQUEST, Json(body)).into_response())
         }
     }
 }
 
 /// Publishes on `{prefix}.out.{ispb}.{channel}` and waits for the PubAck.
-async fn publish(o: &OutboundOperator, headers: &HeaderMap, message: NewOutbound) -> Response {
+async fn publish(o: &OutboundOperator, headers: &HeaderMap, message: NewOutbound) -> Result<Response, Refusal> {
     let mut carried = async_nats::HeaderMap::new();
     for name in CARRIED {
         if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
@@ -98,12 +92,12 @@ async fn publish(o: &OutboundOperator, headers: &HeaderMap, message: NewOutbound
                 "stream": ack.stream,
                 "sequence": ack.sequence,
             });
-            (StatusCode::ACCEPTED, Json(body)).into_response()
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
         }
-        Some(Err(e)) => answer(StatusCode::SERVICE_UNAVAILABLE, &format!("not published on the bus: {e}")),
-        None => answer(
+        Some(Err(e)) => Err(Refusal::new(StatusCode::SERVICE_UNAVAILABLE, format!("not published on the bus: {e}"))),
+        None => Err(Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!("not published on the bus: no PubAck within {:?}", o.timeout),
-        ),
+            format!("not published on the bus: no PubAck within {:?}", o.timeout),
+        )),
     }
 }
