@@ -294,7 +294,27 @@ async fn the_reset_endpoint_closes_an_open_breaker() {
         let args = ["breaker", "reset", "--channel", "cpm", "--pod", &desk.base, "--token", TOKEN];
         let (code, out, err) = cli(&args, &[]).await?;
         ensure!(code == 0 && out.contains("closed"), "CLI reset: {code} {out} {err}");
-        Ok(())
+        a_pod_without_nats_refuses_with_503(c).await
     })
     .await;
+}
+
+/// A pod whose NATS is unreachable answers 503: nothing was published, the caller still holds the message.
+async fn a_pod_without_nats_refuses_with_503(c: &mut LocalCluster) -> anyhow::Result<()> {
+    let mut env = c.env.clone();
+    env.extend(cabine::harness::cluster::pairs(&[
+        ("CABINE__NATS__URL", "nats://127.0.0.1:1"),
+        ("CABINE__NATS__REQUEST_TIMEOUT", "1s"),
+        ("CABINE__POSTGRES__QUERY_TIMEOUT", "500ms"),
+        ("CABINE__POSTGRES__WAIT_TIMEOUT", "500ms"),
+        ("CABINE__CLUSTER__POD_ID", "no-nats"),
+    ]));
+    c.pods.push(cabine::harness::Pod::spawn(&ops_support::exe(), &env).await?);
+    let desk = Desk::of(c, c.pods.len() - 1);
+    let body = bodies(c, 1).remove(0);
+    let (status, v) = send(&desk, &body, &[]).await?;
+    ensure!(status == StatusCode::SERVICE_UNAVAILABLE, "NATS down: {status} {v}");
+    ensure!(v["error"].as_str().is_some_and(|e| e.contains("not published")), "{v}");
+    ensure!(c.query(&format!("SELECT 1 FROM outbound WHERE msg_id = '{}'", id_of(&body))).await?.is_empty());
+    Ok(())
 }
