@@ -1,5 +1,6 @@
 //! The command line (clap): `run`, `migrate`, `check-config`, and the
-//! subcommands later capabilities add (`sim`, `bench …`).
+//! subcommands later capabilities add (`sim`, `bench …`, the operator's
+//! `outbound …` and `breaker reset`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,6 +30,10 @@ pub enum Command {
     CheckConfig,
     /// Run the ICOM simulator (the Central Bank) until SIGTERM / Ctrl-C.
     Sim(Box<crate::sim::SimArgs>),
+    /// The outbound side of a running pod, through its HTTP endpoints (JSON answer; exit 1 unless 2xx).
+    Outbound(crate::outbound_cli::OutboundArgs),
+    /// The circuit breakers shared by the pods, through a pod's HTTP endpoint.
+    Breaker(crate::outbound_cli::BreakerArgs),
     /// Benchmarks: each prints ONE JSON line on stdout.
     Bench {
         #[command(subcommand)]

@@ -13,6 +13,7 @@ pub mod http;
 pub mod icom;
 pub mod inbox;
 pub mod outbound;
+pub mod outbound_cli;
 pub mod publish;
 pub mod readiness;
 pub mod redis;

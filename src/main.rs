@@ -26,7 +26,10 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         command => {
-            cabine::telemetry::init_tracing(&settings.log);
+            // The operator's client commands print their answer and nothing else.
+            if !matches!(command, Command::Outbound(_) | Command::Breaker(_)) {
+                cabine::telemetry::init_tracing(&settings.log);
+            }
             let outcome = runtime().and_then(|rt| {
                 let outcome = rt.block_on(dispatch(command, settings));
                 // Whatever is still running (probes, client reconnects) must not delay the exit.
@@ -55,6 +58,8 @@ async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCo
         Command::Migrate => cabine::run::migrate(settings).await.map(|()| ExitCode::SUCCESS),
         Command::Sim(args) => cabine::sim::run(*args).await,
         Command::Bench { bench } => cabine::bench::run(bench, settings).await,
+        Command::Outbound(args) => cabine::outbound_cli::outbound(args, &settings).await,
+        Command::Breaker(args) => cabine::outbound_cli::breaker(args, &settings).await,
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }

@@ -4,12 +4,13 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use cabine_actors::{ActorStatus, RestartError};
 use serde_json::json;
 
 use super::AppState;
+use super::auth::{answer, require_bearer};
 
 pub async fn tree(State(state): State<AppState>) -> Json<ActorStatus> {
     Json(state.operator.as_ref().map_or_else(ActorStatus::empty_root, |o| o.tree.status()))
@@ -23,10 +24,8 @@ pub async fn restart(State(state): State<AppState>, Path(target): Path<String>, 
     let Some(operator) = state.operator else {
         return answer(StatusCode::SERVICE_UNAVAILABLE, "the actor tree is not running");
     };
-    if !bearer_matches(&headers, operator.admin_token.expose()) {
-        let mut r = answer(StatusCode::UNAUTHORIZED, "a valid bearer token (http.admin_token) is required");
-        r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-        return r;
+    if let Err(refused) = require_bearer(&headers, operator.admin_token.expose()) {
+        return refused.into_response();
     }
     match operator.tree.restart(&id).await {
         Ok(()) => {
@@ -41,45 +40,5 @@ pub async fn restart(State(state): State<AppState>, Path(target): Path<String>, 
             };
             answer(status, &e.to_string())
         }
-    }
-}
-
-fn answer(status: StatusCode, error: &str) -> Response {
-    (status, Json(json!({ "error": error }))).into_response()
-}
-
-/// `Authorization: Bearer {token}`, compared in constant time; an empty token never matches.
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .unwrap_or("");
-    !token.is_empty() && constant_time_eq(given.as_bytes(), token.as_bytes())
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let diff = a.iter().zip(b).fold(a.len() ^ b.len(), |acc, (x, y)| acc | usize::from(x ^ y));
-    diff == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_exact_bearer_token_passes() {
-        let with = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::AUTHORIZATION, v.parse().unwrap());
-            h
-        };
-        assert!(bearer_matches(&with("Bearer s3cret"), "s3cret"));
-        assert!(!bearer_matches(&with("Bearer s3cre"), "s3cret"));
-        assert!(!bearer_matches(&with("Bearer s3cretX"), "s3cret"));
-        assert!(!bearer_matches(&with("Basic s3cret"), "s3cret"));
-        assert!(!bearer_matches(&HeaderMap::new(), "s3cret"));
-        assert!(!bearer_matches(&with("Bearer "), ""));
     }
 }

@@ -1,16 +1,22 @@
 //! The status server (axum): health, readiness, Prometheus metrics, the actor
-//! tree (`/actors`), the cluster view (`/cluster`) and the operator restart of
-//! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`).
+//! tree (`/actors`), the cluster view (`/cluster`), the operator restart of
+//! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`) and the
+//! outbound operator endpoints (`/v1/outbound…`, `/v1/breakers/…/reset`).
 
 mod actors;
+mod auth;
+mod breaker;
 mod cluster;
 mod health;
+mod outbound;
+mod outbound_send;
+mod outbound_view;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use cabine_actors::Tree;
@@ -18,6 +24,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 pub use cluster::{ClusterSource, ClusterView};
+pub use outbound::OutboundOperator;
 
 use crate::config::Secret;
 use crate::readiness::Readiness;
@@ -38,9 +45,19 @@ pub struct Operator {
     pub cluster: Arc<ClusterSource>,
     /// Bearer token of the endpoints that change things.
     pub admin_token: Secret,
+    /// The outbound side's handles; `None` when `outbound.enabled` is false (503).
+    pub outbound: Option<OutboundOperator>,
 }
 
+/// Body limit of `POST /v1/outbound` on a pod without an outbound side (it answers 503 anyway).
+const NO_OUTBOUND_BODY_LIMIT: usize = 64 * 1024;
+
 pub fn router(state: AppState) -> Router {
+    let max_body = state
+        .operator
+        .as_ref()
+        .and_then(|o| o.outbound.as_ref())
+        .map_or(NO_OUTBOUND_BODY_LIMIT, |o| o.rules.max_message_bytes);
     Router::new()
         .route("/health/live", get(health::live))
         .route("/health/ready", get(health::ready))
@@ -49,6 +66,10 @@ pub fn router(state: AppState) -> Router {
         // Actor ids contain slashes (`slot/cpm/3`): `/actors/{id}/restart` is matched as a catch-all.
         .route("/actors/{*target}", post(actors::restart))
         .route("/cluster", get(cluster::view))
+        .route("/v1/outbound", get(outbound::list).post(outbound_send::send).layer(DefaultBodyLimit::max(max_body)))
+        .route("/v1/outbound/{msg_id}", get(outbound::detail))
+        .route("/v1/outbound/{msg_id}/reprocess", post(outbound::reprocess))
+        .route("/v1/breakers/{ispb}/{channel}/reset", post(breaker::reset))
         .with_state(state)
 }
 
@@ -67,4 +88,35 @@ pub async fn serve(
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn without_an_outbound_side_every_outbound_endpoint_answers_503() {
+        crate::install_crypto_provider();
+        let state =
+            AppState { readiness: Readiness::default(), metrics: crate::telemetry::metrics_handle(), operator: None };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), state, async { _ = stopped.await }).await.unwrap();
+        let http = reqwest::Client::new();
+        for (method, path) in [
+            (reqwest::Method::GET, "/v1/outbound/M1"),
+            (reqwest::Method::GET, "/v1/outbound?status=dead"),
+            (reqwest::Method::POST, "/v1/outbound?channel=cpm"),
+            (reqwest::Method::POST, "/v1/outbound/M1/reprocess"),
+            (reqwest::Method::POST, "/v1/breakers/99999010/cpm/reset"),
+        ] {
+            let r = http.request(method, format!("http://{addr}{path}")).send().await.unwrap();
+            assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{path}");
+            let body: serde_json::Value = r.json().await.unwrap();
+            assert!(body["error"].as_str().unwrap().contains("outbound.enabled"), "{path}: {body}");
+        }
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    }
 }

@@ -11,7 +11,7 @@ use cabine_actors::{OutboundPorts, Ports};
 
 use super::Dependencies;
 use crate::config::Settings;
-use crate::http::ClusterSource;
+use crate::http::{ClusterSource, OutboundOperator};
 use crate::icom::{ClientError, IcomChannels};
 use crate::inbox::PgInbox;
 use crate::outbound::ingress::{ConsumerSpec, IngressRules, JetStreamIngress};
@@ -71,6 +71,23 @@ impl OutboundAdapters {
                 policy,
                 settings.postgres.query_timeout,
             )),
+        }
+    }
+
+    /// What the outbound operator endpoints act through; each call bounded by
+    /// the longest of the Postgres, NATS and Redis timeouts.
+    pub fn operator(&self, settings: &Settings, deps: &Dependencies) -> OutboundOperator {
+        let timeout = (settings.postgres.wait_timeout + settings.postgres.query_timeout)
+            .max(settings.nats.request_timeout)
+            .max(settings.redis.command_timeout);
+        OutboundOperator {
+            store: self.store.clone(),
+            breaker: self.breaker.clone(),
+            results: self.results.clone(),
+            bus: jetstream::new(deps.nats.clone()),
+            subjects: crate::bus::Subjects::new(&settings.nats, &settings.cluster.ispb),
+            rules: IngressRules::from_settings(settings),
+            timeout,
         }
     }
 

@@ -94,6 +94,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         tree: tree.clone(),
         cluster: Arc::new(adapters.cluster_source(&settings, &deps)),
         admin_token: settings.http.admin_token.clone(),
+        outbound: adapters.outbound.as_ref().map(|o| o.operator(&settings, &deps)),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = http::AppState { readiness: readiness.clone(), metrics, operator: Some(operator) };

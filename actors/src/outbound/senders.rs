@@ -1,7 +1,9 @@
 //! SendChannel(ch) (`senders/cpm`): supervisor of the channel's Sender(ch,
 //! 1..=K) actors, K = `senders_per_channel` on every pod (the cluster-wide send
 //! pool caps how many hold a lease at once). Every `status_interval` it reads
-//! the channel's shared breaker and rate bucket for the board and metrics.
+//! the channel's shared breaker and rate bucket for the board and metrics;
+//! a breaker seen closed ends the senders' pauses for it at once (an operator
+//! reset, or another pod's probe, need not wait out each sender's break time).
 //!
 //! Supervision policy (one_for_one), as Channel: a failed sender's lease is
 //! released at once (ractor runs no `post_stop` on failure) and only that
@@ -177,6 +179,9 @@ impl Actor for SendChannel {
             }
             SendChannelMsg::Probed { generation, breaker, bucket } if generation == state.probe_generation => {
                 state.probe = None;
+                if matches!(&breaker, Ok(v) if matches!(v.state, BreakerState::Closed | BreakerState::Degraded)) {
+                    self.breaker_closed(state);
+                }
                 self.show(breaker, bucket);
                 state.probe_generation += 1;
                 let generation = state.probe_generation;
@@ -227,6 +232,15 @@ impl Actor for SendChannel {
 }
 
 impl SendChannel {
+    /// Tells every sender the breaker lets calls through (a no-op for one not paused by it).
+    fn breaker_closed(&self, state: &SendChannelState) {
+        for n in 1..=self.config.senders_per_channel.get() {
+            if let Some(sender) = state.supervision.child(&n) {
+                let _ = ActorRef::<SenderMsg>::from(sender).send_message(SenderMsg::BreakerClosed);
+            }
+        }
+    }
+
     fn drain(&self, state: &mut SendChannelState, deadline: Instant, reply: RpcReplyPort<Vec<SenderDrain>>) {
         state.draining = true;
         state.probe = None;

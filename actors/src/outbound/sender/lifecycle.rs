@@ -193,9 +193,13 @@ impl Sender {
                 self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation });
             }
             TurnEnd::Empty => self.idle(me, state),
-            TurnEnd::RateLimited { retry_after }
-            | TurnEnd::BreakerRefused { retry_after, .. }
-            | TurnEnd::BucketWait { retry_after } => self.pause(me, state, retry_after),
+            TurnEnd::RateLimited { retry_after } | TurnEnd::BucketWait { retry_after } => {
+                self.pause(me, state, retry_after)
+            }
+            TurnEnd::BreakerRefused { retry_after, .. } => {
+                self.pause(me, state, retry_after);
+                state.paused_for_breaker = true;
+            }
             TurnEnd::Backoff(why) => {
                 self.ctx.board.set_error(&self.owner(), why);
                 let delay = state.backoff.next_delay();
@@ -231,10 +235,24 @@ impl Sender {
     /// Nothing may be sent for `after`: keep the lease for a short pause, release it for a long one.
     fn pause(&self, me: &Me, state: &mut SenderState, after: Duration) {
         state.paused_until = Some(Instant::now() + after);
+        state.paused_for_breaker = false;
         if after >= self.config.idle_release {
             self.release(me, state);
         } else {
             self.arm(me, state, after, |generation| SenderMsg::Turn { generation });
+        }
+    }
+
+    /// The breaker was seen closed: a pause it caused ends now, and the sender
+    /// looks for work (it may have released its lease for the pause).
+    pub(super) fn on_breaker_closed(&self, me: &Me, state: &mut SenderState) {
+        if !std::mem::take(&mut state.paused_for_breaker) || !Self::paused(state) {
+            return;
+        }
+        tracing::info!(sender = %self.owner(), "breaker closed: resuming before its break time");
+        state.paused_until = None;
+        if self.work_likely() {
+            self.on_wake(me, state);
         }
     }
 

@@ -3,7 +3,8 @@
 //! the cluster-wide `Pool::Send(channel)`, opens a fresh connection, and plays
 //! turns (one batch each, in a spawned task) while there is work; after
 //! `idle_release` without work, or a pause longer than that (breaker open,
-//! 429, empty bucket), it releases the lease. Nothing is sent outside a valid
+//! 429, empty bucket), it releases the lease; a pause for an open breaker ends
+//! as soon as SendChannel sees it closed. Nothing is sent outside a valid
 //! lease: each turn checks the lease has room for a whole send first. A lease
 //! lost during a send lets that send finish and be recorded, then the sender
 //! drops the connection and goes standby.
@@ -147,6 +148,9 @@ pub enum SenderMsg {
         grant: GrantId,
         cause: LostCause,
     },
+    /// SendChannel saw the shared breaker closed (an operator reset, another
+    /// pod's successful probe): a pause for an open breaker ends now.
+    BreakerClosed,
     Drain(RpcReplyPort<SenderDrain>),
 }
 
@@ -191,6 +195,8 @@ pub struct SenderState {
     backoff: Backoff,
     /// Do not acquire or send before this (breaker open, 429, empty bucket).
     paused_until: Option<Instant>,
+    /// The pause is an open breaker's: it ends when the breaker is seen closed.
+    paused_for_breaker: bool,
     single: bool,
     /// A wake arrived while releasing: look for work again once standby.
     woken: bool,
@@ -240,6 +246,7 @@ impl Actor for Sender {
             watcher: None,
             backoff: Backoff::new(t.backoff_base, t.backoff_max),
             paused_until: None,
+            paused_for_breaker: false,
             single: false,
             woken: false,
             draining: false,
@@ -284,6 +291,7 @@ impl Actor for Sender {
             SenderMsg::TurnDone { generation, report } if generation == current => self.on_turn(&me, state, *report)?,
             SenderMsg::Released { generation } if generation == current => self.on_released(&me, state),
             SenderMsg::LeaseLost { grant, cause } => self.on_lease_lost(&me, state, grant, cause),
+            SenderMsg::BreakerClosed => self.on_breaker_closed(&me, state),
             SenderMsg::Drain(reply) => self.on_drain(&me, state, reply),
             _ => tracing::trace!(sender = %self.owner(), "stale timer or task result dropped"),
         }

@@ -2,7 +2,7 @@
 //! trips it), 429 with Retry-After, poison messages, deadlines while open.
 
 use cabine_actors::ports::SendReply;
-use cabine_actors::ports::breaker::BreakerState;
+use cabine_actors::ports::breaker::{BreakerState, CircuitBreaker};
 use cabine_actors::ports::outbound::{OutboundStatus as S, OutboundStore, Priority, Reprocessed};
 use cabine_actors::ports::outbound_bus::ResultStatus;
 
@@ -114,5 +114,24 @@ async fn a_deadline_passing_while_the_breaker_is_open_times_out_and_is_never_sen
     assert_eq!(status(&world, &saque), Some(S::Timeout));
     assert_eq!(world.results.statuses(&saque), vec![ResultStatus::Accepted, ResultStatus::Timeout]);
     assert!(detail(&tree, "outbound-janitor", "expired") >= 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reset_breaker_resumes_the_paused_senders_before_the_break_time() {
+    let world = world(1, |s| s.outbound.breaker.break_time = ms(60_000));
+    world.icom_out.set_failing(Some(503));
+    let tree = start_pod(&world, "pod-a", one_per_post(outbound_config(2))).await;
+    let all = ids("R", 4);
+    publish(&world, &all, Priority::Normal, 300);
+    eventually("breaker open", ms(5000), || world.breaker.current(CPM) == BreakerState::Open).await;
+    tokio::time::sleep(ms(1000)).await;
+    let posts = world.icom_out.audit(CPM).posts;
+    world.icom_out.set_failing(None);
+    world.breaker.reset(CPM).await.unwrap();
+    // One status probe (200 ms) sees it closed; the senders paused for a minute resume.
+    all_in(&world, &all, S::Sent, ms(3000)).await;
+    assert_eq!(world.icom_out.audit(CPM).posts, posts + 4, "every row sent once after the reset");
+    assert_eq!(world.breaker.audit(CPM).opened, 1);
     tree.shutdown().await;
 }

@@ -1,0 +1,206 @@
+//! `cabine outbound …` and `cabine breaker reset`: the outbound operator
+//! endpoints of a running pod, called over HTTP. The pod is `--pod URL`
+//! (default: `http.bind`), the bearer token `--token` (default:
+//! `http.admin_token`). The JSON answer goes to stdout and the exit code is 0
+//! on a 2xx; otherwise the answer goes to stderr and the exit code is 1.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use reqwest::{Method, RequestBuilder, Url};
+
+use crate::config::Settings;
+use crate::outbound::ingress::{DEADLINE_CLASS_HEADER, DEADLINE_HEADER, PRIORITY_HEADER};
+
+/// Which pod to ask, and with which token.
+#[derive(Debug, Clone, Args)]
+pub struct PodArgs {
+    /// Base URL of a pod's status server, e.g. `http://10.0.0.7:8080` (default: from `http.bind`).
+    #[arg(long, global = true)]
+    pub pod: Option<String>,
+    /// Bearer token of the changing endpoints (default: `http.admin_token`).
+    #[arg(long, global = true)]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OutboundArgs {
+    #[command(flatten)]
+    pub pod: PodArgs,
+    #[command(subcommand)]
+    pub command: OutboundCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum OutboundCommand {
+    /// State and history of one message (`GET /v1/outbound/{msg_id}`).
+    Get { msg_id: String },
+    /// A page of the messages of one status, oldest first (`GET /v1/outbound?status=…`).
+    List {
+        /// queued, sending, sent, confirmed, rejected, rejected_by_spi, rejected_invalid, timeout, dead.
+        #[arg(long)]
+        status: String,
+        /// Continue after this row id (the `next` of the previous page).
+        #[arg(long)]
+        after: Option<i64>,
+        /// Rows per page, 1..=500 (100).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Queue a dead or rejected message again (`POST /v1/outbound/{msg_id}/reprocess`).
+    Reprocess { msg_id: String },
+    /// Send one ISO 20022 message: checked by the pod, then published on the outbound bus (`POST /v1/outbound`).
+    Send {
+        #[arg(long, default_value = "cpm")]
+        channel: String,
+        /// critical, high, normal (default), low.
+        #[arg(long)]
+        priority: Option<String>,
+        /// Deadline class: standard (default) or saque_troco.
+        #[arg(long, conflicts_with = "deadline")]
+        class: Option<String>,
+        /// Deadline as an RFC 3339 instant.
+        #[arg(long)]
+        deadline: Option<String>,
+        /// The XML message.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BreakerArgs {
+    #[command(flatten)]
+    pub pod: PodArgs,
+    #[command(subcommand)]
+    pub command: BreakerCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum BreakerCommand {
+    /// Close the breaker every pod shares for a channel (`POST /v1/breakers/{ispb}/{channel}/reset`).
+    Reset {
+        #[arg(long)]
+        channel: String,
+        /// Default: `cluster.ispb`.
+        #[arg(long)]
+        ispb: Option<String>,
+    },
+}
+
+/// One pod's status server.
+struct PodClient {
+    base: Url,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl PodClient {
+    fn new(args: &PodArgs, settings: &Settings) -> anyhow::Result<PodClient> {
+        let base = args.pod.clone().unwrap_or_else(|| default_pod(settings.http.bind));
+        let base = Url::parse(&base).with_context(|| format!("--pod {base:?} is not a URL"))?;
+        if base.cannot_be_a_base() {
+            bail!("--pod {base} cannot be a base URL");
+        }
+        let token = args.token.clone().unwrap_or_else(|| settings.http.admin_token.expose().to_owned());
+        crate::install_crypto_provider();
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().context("an HTTP client")?;
+        Ok(PodClient { base, token, http })
+    }
+
+    /// `{base}/{segments…}`, each segment percent-encoded.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut().expect("checked in new").pop_if_empty().extend(segments);
+        url
+    }
+
+    fn request(&self, method: Method, url: Url) -> RequestBuilder {
+        self.http.request(method, url).bearer_auth(&self.token)
+    }
+}
+
+/// `http://{bind}`, a wildcard bind asked on loopback.
+fn default_pod(bind: SocketAddr) -> String {
+    let ip = match bind.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, bind.port()))
+}
+
+pub async fn outbound(args: OutboundArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let pod = PodClient::new(&args.pod, settings)?;
+    let request = match args.command {
+        OutboundCommand::Get { msg_id } => pod.request(Method::GET, pod.url(&["v1", "outbound", &msg_id])),
+        OutboundCommand::List { status, after, limit } => {
+            let mut url = pod.url(&["v1", "outbound"]);
+            {
+                let mut q = url.query_pairs_mut();
+                q.append_pair("status", &status);
+                after.map(|a| q.append_pair("after", &a.to_string()));
+                limit.map(|l| q.append_pair("limit", &l.to_string()));
+            }
+            pod.request(Method::GET, url)
+        }
+        OutboundCommand::Reprocess { msg_id } => {
+            pod.request(Method::POST, pod.url(&["v1", "outbound", &msg_id, "reprocess"]))
+        }
+        OutboundCommand::Send { channel, priority, class, deadline, file } => {
+            let body = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
+            let mut url = pod.url(&["v1", "outbound"]);
+            url.query_pairs_mut().append_pair("channel", &channel);
+            let mut request = pod.request(Method::POST, url).header("content-type", "application/xml").body(body);
+            for (name, value) in
+                [(PRIORITY_HEADER, priority), (DEADLINE_CLASS_HEADER, class), (DEADLINE_HEADER, deadline)]
+            {
+                if let Some(v) = value {
+                    request = request.header(name, v);
+                }
+            }
+            request
+        }
+    };
+    report(request).await
+}
+
+pub async fn breaker(args: BreakerArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let pod = PodClient::new(&args.pod, settings)?;
+    let BreakerCommand::Reset { channel, ispb } = args.command;
+    let ispb = ispb.unwrap_or_else(|| settings.cluster.ispb.to_string());
+    report(pod.request(Method::POST, pod.url(&["v1", "breakers", &ispb, &channel, "reset"]))).await
+}
+
+/// Sends the request; prints the answer on stdout (2xx, exit 0) or stderr (exit 1).
+async fn report(request: RequestBuilder) -> anyhow::Result<ExitCode> {
+    let response = request.send().await.context("asking the pod")?;
+    let status = response.status();
+    let text = response.text().await.context("reading the pod's answer")?;
+    let shown = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| serde_json::to_string_pretty(&v).ok())
+        .unwrap_or(text);
+    if status.is_success() {
+        println!("{shown}");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("HTTP {status}: {shown}");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wildcard_bind_is_asked_on_loopback() {
+        assert_eq!(default_pod("0.0.0.0:8080".parse().unwrap()), "http://127.0.0.1:8080");
+        assert_eq!(default_pod("[::]:9000".parse().unwrap()), "http://[::1]:9000");
+        assert_eq!(default_pod("10.1.2.3:8081".parse().unwrap()), "http://10.1.2.3:8081");
+    }
+}

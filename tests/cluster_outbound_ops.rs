@@ -1,0 +1,320 @@
+//! Operating the outbound side of a real pod (child simulator, real Redis,
+//! Postgres and NATS): `POST /v1/outbound` through to confirmation, state and
+//! history, pages by status, the bearer token on every changing endpoint, a
+//! poison message dead then reprocessed, an open breaker reset, `/actors`,
+//! and the `cabine outbound …` / `cabine breaker reset` client commands.
+
+mod ops_support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::ensure;
+use bytes::Bytes;
+use cabine::harness::LocalCluster;
+use cabine::harness::outbound::{OutboundFeed, Request, msg_id_of, pacs008_bodies};
+use ops_support::{Call, Desk, TOKEN, actor, cli, history, run, start, until};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+fn bodies(c: &LocalCluster, n: usize) -> Vec<Bytes> {
+    pacs008_bodies(&c.settings.cluster.ispb, n)
+}
+
+fn id_of(body: &Bytes) -> String {
+    msg_id_of(body).expect("a MsgId")
+}
+
+async fn rows(c: &LocalCluster) -> anyhow::Result<i64> {
+    Ok(c.query("SELECT count(*) FROM outbound").await?[0].get(0))
+}
+
+/// Posts `body` on `/v1/outbound?channel=cpm` with the token and `headers`.
+async fn send(desk: &Desk, body: &Bytes, headers: &[(&str, &str)]) -> anyhow::Result<(StatusCode, Value)> {
+    let call = Call { token: Some(TOKEN), headers, body: Some(body.clone()) };
+    desk.post("/v1/outbound?channel=cpm", call).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_sends_over_http_then_reads_state_history_and_pages() {
+    let c = start("ops_http", 1, &[("CABINE__OUTBOUND__IDLE_RELEASE", "30s")]).await;
+    run(c, async |c| {
+        let desk = Desk::of(c, 0);
+        let body = bodies(c, 1).remove(0);
+        let msg_id = id_of(&body);
+        let (status, v) = send(&desk, &body, &[("Cabine-Priority", "high")]).await?;
+        ensure!(status == StatusCode::ACCEPTED, "{status} {v}");
+        ensure!(v["msg_id"] == msg_id.as_str() && v["duplicate"] == false, "{v}");
+        let status_url = v["status_url"].as_str().unwrap_or_default().to_owned();
+        ensure!(status_url == format!("/v1/outbound/{msg_id}"), "{v}");
+
+        let detail = desk.until_status(&msg_id, "confirmed", Duration::from_secs(30)).await?;
+        ensure!(detail["status"] == "confirmed", "sent and confirmed: {detail}");
+        ensure!(detail["priority"] == "high" && detail["attempts"] == 1, "{detail}");
+        ensure!(detail["resource_ids"].as_array().is_some_and(|r| r.len() == 1), "{detail}");
+        let h = history(&detail);
+        let steps: Vec<&str> = h.iter().map(|(to, _)| to.as_str()).collect();
+        ensure!(steps == ["queued", "sending", "sent", "confirmed"], "history {h:?}");
+        let events: Vec<&str> = h.iter().map(|(_, e)| e.as_str()).filter(|e| !e.is_empty()).collect();
+        ensure!(events == ["accepted", "sent", "confirmed"], "events {h:?}");
+        let (status, same) = desk.get(&status_url).await?;
+        ensure!(status == StatusCode::OK && same["id"] == detail["id"], "{same}");
+
+        // The same message again: JetStream drops it, the store would too; never a second row.
+        let (status, v) = send(&desk, &body, &[]).await?;
+        ensure!(status == StatusCode::ACCEPTED && v["duplicate"] == true, "{status} {v}");
+        refusals_store_nothing(c, &desk).await?;
+        pages_by_status(c, &desk, &msg_id).await?;
+        actors_show_the_outbound_side(&desk).await?;
+        client_commands(c, &desk, &msg_id).await?;
+        let a = c.sim.control.audit("cpm").await?;
+        ensure!(a["duplicates_outbound"] == 0, "each MsgId sent once: {a}");
+        Ok(())
+    })
+    .await;
+}
+
+/// Malformed, invalid headers, no channel, oversized, no token: refused, nothing stored.
+async fn refusals_store_nothing(c: &LocalCluster, desk: &Desk) -> anyhow::Result<()> {
+    let before = rows(c).await?;
+    let malformed = Bytes::from_static(b"<Envelope><AppHdr></Envelope>");
+    let (status, v) = send(desk, &malformed, &[]).await?;
+    ensure!(status == StatusCode::BAD_REQUEST, "malformed: {status} {v}");
+    ensure!(v["error"].as_str().is_some_and(|e| e.contains("malformed")), "the parser's reason: {v}");
+    let fresh = bodies(c, 1).remove(0);
+    let (status, v) = send(desk, &fresh, &[("Cabine-Priority", "urgent")]).await?;
+    ensure!(status == StatusCode::BAD_REQUEST, "bad priority: {status} {v}");
+    ensure!(v["error"].as_str().is_some_and(|e| e.contains("Cabine-Priority")), "{v}");
+    ensure!(v["claimed_msg_id"] == id_of(&fresh).as_str(), "{v}");
+    let (status, v) = desk.post("/v1/outbound", Call { body: Some(fresh.clone()), ..Call::authorized() }).await?;
+    ensure!(status == StatusCode::BAD_REQUEST && v["error"].as_str().is_some_and(|e| e.contains("channel")), "{v}");
+    let (status, v) =
+        desk.post("/v1/outbound?channel=csm", Call { body: Some(fresh.clone()), ..Call::authorized() }).await?;
+    ensure!(status == StatusCode::BAD_REQUEST && v["error"].as_str().is_some_and(|e| e.contains("not enabled")), "{v}");
+    let big = Bytes::from(format!("{}<!--{}-->", String::from_utf8_lossy(&fresh), "x".repeat(70_000)));
+    let (status, v) = send(desk, &big, &[]).await?;
+    ensure!(status == StatusCode::PAYLOAD_TOO_LARGE, "oversized: {status} {v}");
+
+    for (path, token) in [
+        ("/v1/outbound?channel=cpm", None),
+        ("/v1/outbound?channel=cpm", Some("wrong")),
+        ("/v1/outbound/M1/reprocess", None),
+        ("/v1/breakers/99999010/cpm/reset", None),
+        ("/v1/breakers/99999010/cpm/reset", Some("wrong")),
+    ] {
+        let (status, v) = desk.post(path, Call { token, body: Some(fresh.clone()), ..Default::default() }).await?;
+        ensure!(status == StatusCode::UNAUTHORIZED, "{path} with {token:?}: {status} {v}");
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    ensure!(rows(c).await? == before, "nothing stored for a refused request");
+    let (status, _) = desk.get(&format!("/v1/outbound/{}", id_of(&fresh))).await?;
+    ensure!(status == StatusCode::NOT_FOUND, "the refused MsgId is unknown: {status}");
+    for (path, why) in [("/v1/breakers/12345678/cpm/reset", "ISPB"), ("/v1/breakers/99999010/csm/reset", "enabled")] {
+        let (status, v) = desk.post(path, Call::authorized()).await?;
+        ensure!(status == StatusCode::NOT_FOUND && v["error"].as_str().is_some_and(|e| e.contains(why)), "{v}");
+    }
+    Ok(())
+}
+
+/// Five more from the bus; pages of two of `confirmed` hold all six once.
+async fn pages_by_status(c: &LocalCluster, desk: &Desk, first: &str) -> anyhow::Result<()> {
+    let ids = OutboundFeed::of(c).publish_all(&bodies(c, 5), Request::default()).await.map_err(anyhow::Error::msg)?;
+    for id in &ids {
+        let v = desk.until_status(id, "confirmed", Duration::from_secs(30)).await?;
+        ensure!(v["status"] == "confirmed", "{v}");
+    }
+    let (mut seen, mut after, mut pages) = (BTreeSet::new(), None::<i64>, 0);
+    loop {
+        let cursor = after.map(|a| format!("&after={a}")).unwrap_or_default();
+        let (status, page) = desk.get(&format!("/v1/outbound?status=confirmed&limit=2{cursor}")).await?;
+        ensure!(status == StatusCode::OK && page["status"] == "confirmed", "{status} {page}");
+        let rows = page["rows"].as_array().cloned().unwrap_or_default();
+        ensure!(rows.len() <= 2 && rows.iter().all(|r| r["status"] == "confirmed"), "{page}");
+        seen.extend(rows.iter().filter_map(|r| r["msg_id"].as_str().map(str::to_owned)));
+        pages += 1;
+        match page["next"].as_i64() {
+            Some(next) if pages < 10 => after = Some(next),
+            _ => break,
+        }
+    }
+    let want: BTreeSet<String> = ids.into_iter().chain([first.to_owned()]).collect();
+    ensure!(seen == want, "pages of two hold every confirmed MsgId once: {seen:?}");
+    ensure!(pages >= 3, "six rows in pages of two: {pages} pages");
+    let (status, v) = desk.get("/v1/outbound?status=dead").await?;
+    ensure!(status == StatusCode::OK && v["rows"] == json!([]) && v["next"].is_null(), "{v}");
+    let (status, v) = desk.get("/v1/outbound?status=lost").await?;
+    ensure!(status == StatusCode::BAD_REQUEST && v["error"].as_str().is_some_and(|e| e.contains("dead")), "{v}");
+    Ok(())
+}
+
+/// The dispatcher's depth by priority, the breaker and bucket, the senders and their leases.
+async fn actors_show_the_outbound_side(desk: &Desk) -> anyhow::Result<()> {
+    let (_, tree) = desk.get("/actors").await?;
+    let dispatcher = actor(&tree, "outbound-dispatcher").ok_or_else(|| anyhow::anyhow!("no dispatcher: {tree}"))?;
+    let depth = &dispatcher["details"]["queue_depth"]["cpm"];
+    ensure!(["critical", "high", "normal", "low"].iter().all(|p| depth[p].is_u64()), "depth by priority: {dispatcher}");
+    let senders = actor(&tree, "senders/cpm").ok_or_else(|| anyhow::anyhow!("no senders/cpm: {tree}"))?;
+    ensure!(senders["details"]["breaker"]["state"] == "closed", "breaker state: {senders}");
+    ensure!(senders["details"]["bucket"].is_object(), "bucket level: {senders}");
+    ensure!(senders["details"]["holding"].is_u64(), "send leases held: {senders}");
+    // A sender holding its send lease (kept `idle_release` = 30 s after its last
+    // batch) shows its slot and what is left of the lease.
+    let holding = until(Duration::from_secs(5), async || {
+        let (_, tree) = desk.get("/actors").await?;
+        let held = ["sender/cpm/1", "sender/cpm/2"]
+            .iter()
+            .filter_map(|id| actor(&tree, id))
+            .find(|s| s["details"]["slot"].is_u64() && s["details"]["lease_remaining_ms"].is_u64())
+            .cloned();
+        Ok((held.is_some(), held))
+    })
+    .await?;
+    ensure!(holding.is_some(), "a holding sender shows slot and lease_remaining_ms");
+    Ok(())
+}
+
+/// `cabine outbound get | list | send | reprocess` against the pod.
+async fn client_commands(c: &LocalCluster, desk: &Desk, msg_id: &str) -> anyhow::Result<()> {
+    let pod = desk.base.as_str();
+    let (code, out, err) = cli(&["outbound", "get", msg_id, "--pod", pod], &[]).await?;
+    ensure!(code == 0, "get: {code} {err}");
+    let v: Value = serde_json::from_str(&out)?;
+    ensure!(v["msg_id"] == msg_id && v["status"] == "confirmed", "{v}");
+    let (code, out, err) =
+        cli(&["outbound", "list", "--status", "confirmed", "--limit", "2", "--pod", pod], &[]).await?;
+    ensure!(code == 0, "list: {code} {err}");
+    let v: Value = serde_json::from_str(&out)?;
+    ensure!(v["rows"].as_array().is_some_and(|r| r.len() == 2) && v["next"].is_i64(), "{v}");
+    let (code, _, err) = cli(&["outbound", "reprocess", msg_id, "--pod", pod, "--token", TOKEN], &[]).await?;
+    ensure!(code == 1 && err.contains("409") && err.contains("confirmed"), "a confirmed message stays: {code} {err}");
+    let (code, _, err) = cli(&["outbound", "get", "M0NOSUCH", "--pod", pod], &[]).await?;
+    ensure!(code == 1 && err.contains("404"), "unknown: {code} {err}");
+
+    let body = bodies(c, 1).remove(0);
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), &body)?;
+    let path = file.path().to_str().unwrap_or_default();
+    let args = ["outbound", "send", "--channel", "cpm", "--priority", "critical", "--class", "saque_troco", path];
+    let (code, out, err) = cli(&[&args[..], &["--pod", pod, "--token", TOKEN]].concat(), &[]).await?;
+    ensure!(code == 0, "send: {code} {err}");
+    let v: Value = serde_json::from_str(&out)?;
+    ensure!(v["msg_id"] == id_of(&body).as_str(), "{v}");
+    let v = desk.until_status(&id_of(&body), "confirmed", Duration::from_secs(30)).await?;
+    ensure!(v["status"] == "confirmed" && v["priority"] == "critical", "sent through the CLI: {v}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_poison_message_goes_dead_and_comes_back_through_reprocess() {
+    // The breaker never opens here: every failure counts as an attempt.
+    let extra = [
+        ("CABINE__TIMING__POISON_ATTEMPTS", "3"),
+        ("CABINE__OUTBOUND__BREAKER__CONSECUTIVE_FAILURES", "1000"),
+        ("CABINE__OUTBOUND__BREAKER__MIN_CALLS", "1000"),
+        ("CABINE__OUTBOUND__BREAKER__DEGRADED_MIN_CALLS", "1000"),
+    ];
+    let c = start("ops_poison", 1, &extra).await;
+    run(c, async |c| {
+        let desk = Desk::of(c, 0);
+        c.sim.control.faults(json!({ "error_5xx_ratio": 1.0 })).await?;
+        let poison = bodies(c, 2);
+        let ids: Vec<String> = poison.iter().map(id_of).collect();
+        for body in &poison {
+            let (status, v) = send(&desk, body, &[]).await?;
+            ensure!(status == StatusCode::ACCEPTED, "{status} {v}");
+        }
+        for id in &ids {
+            let v = desk.until_status(id, "dead", Duration::from_secs(30)).await?;
+            ensure!(v["status"] == "dead" && v["attempts"] == 3, "dead after 3 attempts: {v}");
+            ensure!(history(&v).last().is_some_and(|(to, ev)| to == "dead" && ev == "dead"), "{v}");
+        }
+        let (status, page) = desk.get("/v1/outbound?status=dead&limit=1").await?;
+        ensure!(status == StatusCode::OK && page["rows"][0]["msg_id"] == ids[0].as_str(), "{page}");
+        let (_, rest) = desk.get(&format!("/v1/outbound?status=dead&after={}", page["next"])).await?;
+        ensure!(rest["rows"][0]["msg_id"] == ids[1].as_str() && rest["next"].is_null(), "{rest}");
+
+        c.sim.control.faults(json!({ "error_5xx_ratio": 0.0 })).await?;
+        let (status, v) = desk.post(&format!("/v1/outbound/{}/reprocess", ids[0]), Call::authorized()).await?;
+        ensure!(status == StatusCode::OK && v["status"] == "queued", "reprocessed: {status} {v}");
+        // The second through the client, its token read from the configuration.
+        let env = [("CABINE__HTTP__ADMIN_TOKEN", TOKEN)];
+        let (code, out, err) = cli(&["outbound", "reprocess", &ids[1], "--pod", &desk.base], &env).await?;
+        ensure!(code == 0 && out.contains("queued"), "CLI reprocess: {code} {out} {err}");
+        for id in &ids {
+            let v = desk.until_status(id, "confirmed", Duration::from_secs(30)).await?;
+            ensure!(v["status"] == "confirmed", "sent after reprocess: {v}");
+            let h = history(&v);
+            let back = h.iter().rposition(|(to, ev)| to == "queued" && ev == "accepted");
+            ensure!(
+                back.is_some_and(|i| i > 0 && h[i - 1].0 == "dead"),
+                "dead → queued (accepted) in the history: {h:?}"
+            );
+        }
+        let (status, v) = desk.post(&format!("/v1/outbound/{}/reprocess", ids[0]), Call::authorized()).await?;
+        ensure!(status == StatusCode::CONFLICT && v["status"] == "confirmed", "twice: {status} {v}");
+        let (status, _) = desk.post("/v1/outbound/M0NOSUCH/reprocess", Call::authorized()).await?;
+        ensure!(status == StatusCode::NOT_FOUND, "unknown: {status}");
+        let a = c.sim.control.audit("cpm").await?;
+        ensure!(a["duplicates_outbound"] == 0, "each MsgId accepted by the SPI once: {a}");
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reset_endpoint_closes_an_open_breaker() {
+    // Opens after 3 failures in a row and would stay open a minute.
+    let extra = [
+        ("CABINE__TIMING__POISON_ATTEMPTS", "20"),
+        ("CABINE__OUTBOUND__BREAKER__CONSECUTIVE_FAILURES", "3"),
+        ("CABINE__OUTBOUND__BREAKER__BREAK_TIME", "60s"),
+    ];
+    let c = start("ops_breaker", 1, &extra).await;
+    run(c, async |c| {
+        let desk = Desk::of(c, 0);
+        c.sim.control.faults(json!({ "error_5xx_ratio": 1.0 })).await?;
+        let body = bodies(c, 1).remove(0);
+        let (status, v) = send(&desk, &body, &[]).await?;
+        ensure!(status == StatusCode::ACCEPTED, "{status} {v}");
+        let breaker = until(Duration::from_secs(30), async || {
+            let (_, tree) = desk.get("/actors").await?;
+            let state = actor(&tree, "senders/cpm").map(|s| s["details"]["breaker"]["state"].clone());
+            Ok((state.as_ref().is_some_and(|s| s == "open"), state))
+        })
+        .await?;
+        ensure!(breaker.is_some_and(|s| s == "open"), "3 failures in a row open the breaker");
+        c.sim.control.faults(json!({ "error_5xx_ratio": 0.0 })).await?;
+        let (status, _) = desk.post("/v1/breakers/99999010/cpm/reset", Call::default()).await?;
+        ensure!(status == StatusCode::UNAUTHORIZED, "{status}");
+        let (status, v) = desk.post("/v1/breakers/99999010/cpm/reset", Call::authorized()).await?;
+        ensure!(status == StatusCode::OK, "{status} {v}");
+        ensure!(v["breaker"]["state"] == "closed" && v["breaker"]["consecutive_failures"] == 0, "{v}");
+        let v = desk.until_status(&id_of(&body), "confirmed", Duration::from_secs(20)).await?;
+        ensure!(v["status"] == "confirmed", "sent well before the break time ends: {v}");
+        let args = ["breaker", "reset", "--channel", "cpm", "--pod", &desk.base, "--token", TOKEN];
+        let (code, out, err) = cli(&args, &[]).await?;
+        ensure!(code == 0 && out.contains("closed"), "CLI reset: {code} {out} {err}");
+        a_pod_without_nats_refuses_with_503(c).await
+    })
+    .await;
+}
+
+/// A pod whose NATS is unreachable answers 503: nothing was published, the caller still holds the message.
+async fn a_pod_without_nats_refuses_with_503(c: &mut LocalCluster) -> anyhow::Result<()> {
+    let mut env = c.env.clone();
+    env.extend(cabine::harness::cluster::pairs(&[
+        ("CABINE__NATS__URL", "nats://127.0.0.1:1"),
+        ("CABINE__NATS__REQUEST_TIMEOUT", "1s"),
+        ("CABINE__POSTGRES__QUERY_TIMEOUT", "500ms"),
+        ("CABINE__POSTGRES__WAIT_TIMEOUT", "500ms"),
+        ("CABINE__CLUSTER__POD_ID", "no-nats"),
+    ]));
+    c.pods.push(cabine::harness::Pod::spawn(&ops_support::exe(), &env).await?);
+    let desk = Desk::of(c, c.pods.len() - 1);
+    let body = bodies(c, 1).remove(0);
+    let (status, v) = send(&desk, &body, &[]).await?;
+    ensure!(status == StatusCode::SERVICE_UNAVAILABLE, "NATS down: {status} {v}");
+    ensure!(v["error"].as_str().is_some_and(|e| e.contains("not published")), "{v}");
+    ensure!(c.query(&format!("SELECT 1 FROM outbound WHERE msg_id = '{}'", id_of(&body))).await?.is_empty());
+    Ok(())
+}
