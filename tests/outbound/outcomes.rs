@@ -244,3 +244,31 @@ async fn a_verdict_that_overtakes_the_record_of_its_send_still_yields_sent_then_
     );
     rig.drop_schema().await;
 }
+
+#[tokio::test]
+async fn a_verdict_waiting_on_the_record_of_its_send_is_applied_once_the_record_commits() {
+    let rig = Rig::new().await;
+    let a = msg(1, Priority::Normal, minutes(5));
+    rig.store.insert(&a).await.unwrap();
+    rig.take(10).await;
+    // The sender's record transaction holds the row...
+    let mut conn = rig.pool.get().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    tx.execute("SELECT 1 FROM outbound WHERE msg_id = $1 FOR UPDATE", &[&a.msg_id]).await.unwrap();
+    let store = rig.other_pod();
+    let by_e2e = ConfirmRef::EndToEndId(a.end_to_end_ids[0].clone());
+    let verdict = tokio::spawn(async move { store.confirm(&by_e2e, &SpiVerdict::Confirmed).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...and commits `sent` while the verdict waits for it.
+    tx.execute(
+        "UPDATE outbound SET status = 'sent', sent_at = now(), claim = NULL, claimed_at = NULL WHERE msg_id = $1",
+        &[&a.msg_id],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let ConfirmOutcome::Applied(events) = verdict.await.unwrap() else { panic!("the verdict was dropped") };
+    assert_eq!(events.last().map(|e| e.status), Some(ResultStatus::Confirmed));
+    assert_eq!(rig.status(&a.msg_id).await, OutboundStatus::Confirmed);
+    rig.drop_schema().await;
+}

@@ -162,24 +162,34 @@ impl PgOutboundStore {
             ConfirmRef::MsgId(m) => ("msg_id = $1", m),
             ConfirmRef::EndToEndId(e) => ("end_to_end_ids @> ARRAY[$1::text]", e),
         };
-        let mut events = self.sent_before_verdict(client, matches, key).await?;
         let (status, note) = match verdict {
             SpiVerdict::Confirmed => ("confirmed", None),
             SpiVerdict::Rejected { reason } => ("rejected_by_spi", Some(reason.as_str())),
         };
+        // Rows a send was recorded for (or that gave up: timeout, dead, rejected) take the verdict at
+        // once; a row still queued or sending is first made `sent` (the rarer case: one more statement).
         let sql = transition_sql(
             &format!(
                 "SELECT id, status AS from_status, $3::text AS note FROM outbound
                  WHERE {matches} AND ispb = $2
-                   AND status NOT IN ('confirmed', 'rejected_by_spi', 'rejected_invalid') FOR UPDATE"
+                   AND status NOT IN ('confirmed', 'rejected_by_spi', 'rejected_invalid', 'queued', 'sending')
+                 FOR UPDATE"
             ),
             "status = $4, confirmed_at = now(), claim = NULL, claimed_at = NULL, last_error = prev.note",
         );
-        let changes = run_changes(client, &sql, &[key, &self.ispb, &note, &status]).await?;
-        if let Some(event) = changes.into_iter().find_map(|c| c.event) {
-            metrics::counter!("cabine_outbound_verdicts_total", "status" => status).increment(1);
-            events.push(event);
-            return Ok(ConfirmOutcome::Applied(events));
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [key, &self.ispb, &note, &status];
+        let mut events = Vec::new();
+        for round in 0..2 {
+            let changes = run_changes(client, &sql, &params).await?;
+            if let Some(event) = changes.into_iter().find_map(|c| c.event) {
+                metrics::counter!("cabine_outbound_verdicts_total", "status" => status).increment(1);
+                events.push(event);
+                return Ok(ConfirmOutcome::Applied(events));
+            }
+            if round == 0 {
+                // Also when this changes nothing: its sender may have just recorded the send.
+                events = self.sent_before_verdict(client, matches, key).await?;
+            }
         }
         let sql = format!("SELECT status FROM outbound WHERE {matches} AND ispb = $2 LIMIT 1");
         let found = client.query_opt(&sql, &[key, &self.ispb]).await.map_err(|e| pg_error(&e))?;
