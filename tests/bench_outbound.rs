@@ -11,6 +11,7 @@ use cabine::cli::OutboundBenchArgs;
 async fn both_runs_settle_and_the_report_is_consistent() {
     let args = OutboundBenchArgs { pods: 2, messages: 200, rate: 100.0 };
     let r = run(&args, &PathBuf::from(env!("CARGO_BIN_EXE_cabine"))).await.expect("the bench runs");
+    eprintln!("{r:?}");
     assert_eq!((r.pods, r.messages, r.published), (2, 200, 400), "{r:?}");
     assert_eq!((r.accepted, r.sent, r.confirmed, r.lost), (400, 400, 400, 0), "{r:?}");
     assert_eq!((r.dead, r.timeout, r.duplicates_at_sim, r.sim_429), (0, 0, 0, 0), "{r:?}");

@@ -16,12 +16,14 @@ use crate::harness::LocalCluster;
 #[derive(Debug)]
 pub struct Fate {
     pub status: String,
+    /// µs since the epoch: stored by the dispatcher.
+    pub created_us: i64,
     /// µs since the epoch: recorded sent, or confirmed when the confirmation was recorded first.
     pub sent_us: Option<i64>,
     pub confirmed_us: Option<i64>,
 }
 
-const FATES: &str = "SELECT msg_id, status,
+const FATES: &str = "SELECT msg_id, status, (extract(epoch FROM created_at) * 1000000)::int8,
         (extract(epoch FROM COALESCE(sent_at, confirmed_at)) * 1000000)::int8,
         (extract(epoch FROM confirmed_at) * 1000000)::int8
     FROM outbound WHERE msg_id IS NOT NULL";
@@ -29,7 +31,13 @@ const FATES: &str = "SELECT msg_id, status,
 /// MsgId → its row.
 pub async fn read(c: &LocalCluster) -> anyhow::Result<HashMap<String, Fate>> {
     let rows = c.query(FATES).await?;
-    Ok(rows.iter().map(|r| (r.get(0), Fate { status: r.get(1), sent_us: r.get(2), confirmed_us: r.get(3) })).collect())
+    let fate = |r: &tokio_postgres::Row| Fate {
+        status: r.get(1),
+        created_us: r.get(2),
+        sent_us: r.get(3),
+        confirmed_us: r.get(4),
+    };
+    Ok(rows.iter().map(|r| (r.get(0), fate(r))).collect())
 }
 
 /// Waits until `rows` rows are stored and none is queued or being sent (with

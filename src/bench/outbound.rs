@@ -82,19 +82,18 @@ async fn measure(c: &LocalCluster, args: &OutboundBenchArgs) -> anyhow::Result<O
     wait_all_held(c).await?;
     let m = args.messages;
     let feed = OutboundFeed::of(c);
-    let mut bodies = pacs008_bodies(&c.settings.cluster.ispb, 2 * m);
-    let paced = bodies.split_off(m);
-    let fast_ids: Vec<String> = bodies.iter().filter_map(|b| msg_id_of(b)).collect();
+    let mut fast = pacs008_bodies(&c.settings.cluster.ispb, 2 * m);
+    let paced = fast.split_off(m);
+    let fast_ids: Vec<String> = fast.iter().filter_map(|b| msg_id_of(b)).collect();
     let settle = Duration::from_secs(30) + Duration::from_secs_f64(m as f64 / 250.0);
 
     let before = stages::scrape(&c.pods, stages::OUTBOUND).await;
-    let first = SystemTime::now();
-    feed.publish_all(&bodies, Request::default()).await.map_err(anyhow::Error::msg)?;
+    let first = micros(SystemTime::now());
+    feed.publish_all(&fast, Request::default()).await.map_err(anyhow::Error::msg)?;
     fates::wait_settled(c, m, false, settle).await.context("fast run")?;
-    let fast = fates::read(c).await?;
-    let last = fast_ids.iter().filter_map(|id| fast.get(id)?.sent_us).max().context("no message was sent")?;
-    let took_s = (last - micros(first)) as f64 / 1e6;
-    let msgs_per_s = m as f64 / took_s.max(1e-6);
+    let rows = fates::read(c).await?;
+    let last = fast_ids.iter().filter_map(|id| rows.get(id)?.sent_us).max().context("no message was sent")?;
+    let took_s = (last - first) as f64 / 1e6;
     let after_fast = stages::scrape(&c.pods, stages::OUTBOUND).await;
 
     let refill = refill_time(c);
@@ -111,20 +110,10 @@ async fn measure(c: &LocalCluster, args: &OutboundBenchArgs) -> anyhow::Result<O
     });
     eprintln!("stages {profile}");
 
-    let all = fates::read(c).await?;
-    let (mut sent, mut confirmed) = (Latency::default(), Latency::default());
-    for (id, at) in &published_at {
-        let Some(fate) = all.get(id) else { continue };
-        let since = |t: Option<i64>| t.map(|t| Duration::from_micros(u64::try_from(t - at).unwrap_or(0)));
-        if let Some(d) = since(fate.sent_us) {
-            sent.record(d);
-        }
-        if let Some(d) = since(fate.confirmed_us) {
-            confirmed.record(d);
-        }
-    }
+    let rows = fates::read(c).await?;
+    let latencies = rate_latencies(&published_at, &rows);
     let ids: Vec<&str> = fast_ids.iter().map(String::as_str).chain(published_at.keys().map(String::as_str)).collect();
-    report(c, args, &ids, &all, msgs_per_s, (&sent, &confirmed)).await
+    report(c, args, &ids, &rows, m as f64 / took_s.max(1e-6), &latencies).await
 }
 
 async fn report(
@@ -133,8 +122,11 @@ async fn report(
     ids: &[&str],
     all: &HashMap<String, Fate>,
     msgs_per_s: f64,
-    (sent, confirmed): (&Latency, &Latency),
+    [sent, confirmed, stored, queued]: &[Latency; 4],
 ) -> anyhow::Result<OutboundReport> {
+    let q =
+        |l: &Latency| json!({ "p50_ms": l.quantile_us(0.5) as f64 / 1e3, "p99_ms": l.quantile_us(0.99) as f64 / 1e3 });
+    eprintln!("rate run split {}", json!({ "publish_to_stored": q(stored), "stored_to_sent": q(queued) }));
     let audit = c.sim.control.audit("cpm").await?;
     let sim = |k: &str| audit[k].as_u64().unwrap_or(0);
     let mine: Vec<&Fate> = ids.iter().filter_map(|id| all.get(*id)).collect();
@@ -165,6 +157,23 @@ async fn report(
         sim_max_in_flight: sim("max_in_flight_sends"),
         rss_mb_max: c.pods.iter().filter_map(|p| p.child.id()).map(peak_rss_mb).fold(0.0, f64::max),
     })
+}
+
+/// Per message of the fixed-rate run: publish → sent, publish → confirmed, publish → stored, stored → sent.
+fn rate_latencies(published_at: &HashMap<String, i64>, all: &HashMap<String, Fate>) -> [Latency; 4] {
+    let mut out: [Latency; 4] = Default::default();
+    let span = |from: i64, to: Option<i64>| to.map(|t| Duration::from_micros(u64::try_from(t - from).unwrap_or(0)));
+    for (id, at) in published_at {
+        let Some(f) = all.get(id) else { continue };
+        let spans = [span(*at, f.sent_us), span(*at, f.confirmed_us), span(*at, Some(f.created_us))];
+        let queued = span(f.created_us, f.sent_us);
+        for (l, d) in out.iter_mut().zip(spans.into_iter().chain([queued])) {
+            if let Some(d) = d {
+                l.record(d);
+            }
+        }
+    }
+    out
 }
 
 /// Publishes `bodies` at `rate` per second in 5 ms steps; MsgId → µs since the epoch just before its publish.

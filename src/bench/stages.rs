@@ -19,8 +19,14 @@ pub const INBOUND: &[&str] = &[
     "cabine_redis_round_trip_seconds",
 ];
 
-/// The histograms of the outbound path: POSTs, then the coordination calls (bucket, breaker, leases).
-pub const OUTBOUND: &[&str] = &["cabine_outbound_send_seconds", "cabine_redis_round_trip_seconds"];
+/// The histograms of the outbound path: intake (pull, store), a sender's turn step by step, the
+/// POSTs, the lease calls.
+pub const OUTBOUND: &[&str] = &[
+    "cabine_outbound_intake_step_seconds",
+    "cabine_outbound_turn_step_seconds",
+    "cabine_outbound_send_seconds",
+    "cabine_redis_round_trip_seconds",
+];
 
 /// Series (name and labels without `le`) → cumulative count per bucket bound.
 #[derive(Default)]
@@ -92,7 +98,10 @@ mod tests {
         let line = r#"cabine_inbox_commit_seconds_bucket{le="0.005"} 12"#;
         assert_eq!(bucket_line(line, INBOUND), Some(("cabine_inbox_commit_seconds{}".into(), 5000, 12.0)));
         let line = r#"cabine_slot_poll_seconds_bucket{channel="cpm",le="+Inf"} 3"#;
-        assert_eq!(bucket_line(line, INBOUND), Some(("cabine_slot_poll_seconds{channel=\"cpm\"}".into(), u64::MAX, 3.0)));
+        assert_eq!(
+            bucket_line(line, INBOUND),
+            Some(("cabine_slot_poll_seconds{channel=\"cpm\"}".into(), u64::MAX, 3.0))
+        );
         assert_eq!(bucket_line("cabine_slot_polls_total{channel=\"cpm\"} 3", INBOUND), None);
         let mut before = Scrape::default();
         before.0.insert("s{}".into(), [(1000, 10.0), (5000, 10.0), (u64::MAX, 10.0)].into());
