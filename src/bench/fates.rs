@@ -21,12 +21,17 @@ pub struct Fate {
     /// µs since the epoch: recorded sent, or confirmed when the confirmation was recorded first.
     pub sent_us: Option<i64>,
     pub confirmed_us: Option<i64>,
+    /// µs since the epoch: the SPI's pacs.002 for it committed to the inbox.
+    pub report_us: Option<i64>,
 }
 
-const FATES: &str = "SELECT msg_id, status, (extract(epoch FROM created_at) * 1000000)::int8,
-        (extract(epoch FROM COALESCE(sent_at, confirmed_at)) * 1000000)::int8,
-        (extract(epoch FROM confirmed_at) * 1000000)::int8
-    FROM outbound WHERE msg_id IS NOT NULL";
+const FATES: &str = "SELECT o.msg_id, o.status, (extract(epoch FROM o.created_at) * 1000000)::int8,
+        (extract(epoch FROM COALESCE(o.sent_at, o.confirmed_at)) * 1000000)::int8,
+        (extract(epoch FROM o.confirmed_at) * 1000000)::int8,
+        (extract(epoch FROM i.received_at) * 1000000)::int8
+    FROM outbound o
+    LEFT JOIN inbox i ON i.end_to_end_id = o.end_to_end_ids[1] AND i.msg_def LIKE 'pacs.002%'
+    WHERE o.msg_id IS NOT NULL";
 
 /// MsgId → its row.
 pub async fn read(c: &LocalCluster) -> anyhow::Result<HashMap<String, Fate>> {
@@ -36,6 +41,7 @@ pub async fn read(c: &LocalCluster) -> anyhow::Result<HashMap<String, Fate>> {
         created_us: r.get(2),
         sent_us: r.get(3),
         confirmed_us: r.get(4),
+        report_us: r.get(5),
     };
     Ok(rows.iter().map(|r| (r.get(0), fate(r))).collect())
 }

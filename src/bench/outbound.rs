@@ -122,11 +122,9 @@ async fn report(
     ids: &[&str],
     all: &HashMap<String, Fate>,
     msgs_per_s: f64,
-    [sent, confirmed, stored, queued]: &[Latency; 4],
+    [sent, confirmed, legs @ ..]: &[Latency; 6],
 ) -> anyhow::Result<OutboundReport> {
-    let q =
-        |l: &Latency| json!({ "p50_ms": l.quantile_us(0.5) as f64 / 1e3, "p99_ms": l.quantile_us(0.99) as f64 / 1e3 });
-    eprintln!("rate run split {}", json!({ "publish_to_stored": q(stored), "stored_to_sent": q(queued) }));
+    print_legs(legs);
     let audit = c.sim.control.audit("cpm").await?;
     let sim = |k: &str| audit[k].as_u64().unwrap_or(0);
     let mine: Vec<&Fate> = ids.iter().filter_map(|id| all.get(*id)).collect();
@@ -159,21 +157,42 @@ async fn report(
     })
 }
 
-/// Per message of the fixed-rate run: publish → sent, publish → confirmed, publish → stored, stored → sent.
-fn rate_latencies(published_at: &HashMap<String, i64>, all: &HashMap<String, Fate>) -> [Latency; 4] {
-    let mut out: [Latency; 4] = Default::default();
-    let span = |from: i64, to: Option<i64>| to.map(|t| Duration::from_micros(u64::try_from(t - from).unwrap_or(0)));
+/// Per message of the fixed-rate run: publish → sent, publish → confirmed, then the legs
+/// publish → stored, stored → sent, sent → report in the inbox, report → confirmed.
+fn rate_latencies(published_at: &HashMap<String, i64>, all: &HashMap<String, Fate>) -> [Latency; 6] {
+    let mut out: [Latency; 6] = Default::default();
+    let span =
+        |from: Option<i64>, to: Option<i64>| Some(Duration::from_micros(u64::try_from(to? - from?).unwrap_or(0)));
     for (id, at) in published_at {
         let Some(f) = all.get(id) else { continue };
-        let spans = [span(*at, f.sent_us), span(*at, f.confirmed_us), span(*at, Some(f.created_us))];
-        let queued = span(f.created_us, f.sent_us);
-        for (l, d) in out.iter_mut().zip(spans.into_iter().chain([queued])) {
+        let (at, stored) = (Some(*at), Some(f.created_us));
+        let spans = [
+            span(at, f.sent_us),
+            span(at, f.confirmed_us),
+            span(at, stored),
+            span(stored, f.sent_us),
+            span(f.sent_us, f.report_us),
+            span(f.report_us, f.confirmed_us),
+        ];
+        for (l, d) in out.iter_mut().zip(spans) {
             if let Some(d) = d {
                 l.record(d);
             }
         }
     }
     out
+}
+
+/// The fixed-rate run's legs on stderr, to say where the time goes.
+fn print_legs(legs: &[Latency]) {
+    let names = ["publish_to_stored", "stored_to_sent", "sent_to_report_stored", "report_to_confirmed"];
+    let ms = |l: &Latency, q: f64| l.quantile_us(q) as f64 / 1e3;
+    let split: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .zip(legs)
+        .map(|(n, l)| ((*n).to_owned(), json!({ "p50_ms": ms(l, 0.5), "p99_ms": ms(l, 0.99) })))
+        .collect();
+    eprintln!("rate run legs {}", serde_json::Value::Object(split));
 }
 
 /// Publishes `bodies` at `rate` per second in 5 ms steps; MsgId → µs since the epoch just before its publish.
