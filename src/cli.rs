@@ -47,6 +47,8 @@ pub enum BenchCommand {
     Lease(LeaseBenchArgs),
     /// End to end: simulator + P child pods; M messages as fast as possible, then M at R/s.
     Inbound(InboundBenchArgs),
+    /// Outbound end to end: simulator + P child pods; M pacs.008 published as fast as possible, then M at R/s.
+    Outbound(OutboundBenchArgs),
     /// One worker process of `bench lease` (started by it).
     #[command(hide = true)]
     LeaseWorker(LeaseWorkerArgs),
@@ -90,6 +92,19 @@ pub struct InboundBenchArgs {
     pub messages: usize,
     /// Injection rate of the fixed-rate run, messages per second.
     #[arg(long, default_value_t = 1_000.0)]
+    pub rate: f64,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct OutboundBenchArgs {
+    /// `cabine run` child processes.
+    #[arg(long, default_value_t = 3)]
+    pub pods: usize,
+    /// Messages per run (the fast run, then the fixed-rate run).
+    #[arg(long, default_value_t = 10_000)]
+    pub messages: usize,
+    /// Publication rate of the fixed-rate run, messages per second.
+    #[arg(long, default_value_t = 500.0)]
     pub rate: f64,
 }
 

@@ -68,6 +68,18 @@ pub fn send_batch(channel: ChannelId, outcome: &'static str, messages: usize, to
     metrics::histogram!("cabine_outbound_send_seconds", "channel" => c).record(took.as_secs_f64());
 }
 
+/// Time one step of a sender's turn took (`admit`, `take`, `draw` with its bucket waits, `record`,
+/// `count`, `publish`; the POST itself is `cabine_outbound_send_seconds`).
+pub fn turn_step(channel: ChannelId, step: &'static str, took: Duration) {
+    metrics::histogram!("cabine_outbound_turn_step_seconds", "channel" => channel.as_str(), "step" => step)
+        .record(took.as_secs_f64());
+}
+
+/// Time one step of an intake round took (`pull`: waiting on the bus; `store`: insert and acknowledge each).
+pub fn intake_step(step: &'static str, took: Duration) {
+    metrics::histogram!("cabine_outbound_intake_step_seconds", "step" => step).record(took.as_secs_f64());
+}
+
 /// Send leases held by this pod's senders of a channel.
 pub fn senders_holding(channel: ChannelId, holding: usize) {
     metrics::gauge!("cabine_outbound_senders_holding", "channel" => channel.as_str()).set(holding as f64);

@@ -43,8 +43,10 @@ pub struct InboundReport {
     pub rss_mb_max: f64,
 }
 
-/// Timings of the bench's pods: a lease of 4 s (a fresh cluster waits lease + lock_delay once).
-fn bench_env() -> Vec<(String, String)> {
+/// Timings of the bench's pods (also `bench outbound`'s): a lease of 4 s, so that a fresh
+/// cluster waits lease + lock_delay = 6 s once instead of 20 s; the request bounds,
+/// heartbeat and lock delay shrink with it to keep the boot invariants.
+pub(super) fn bench_env() -> Vec<(String, String)> {
     cluster::pairs(&[
         ("CABINE__TIMING__LEASE", "4s"),
         ("CABINE__TIMING__HEARTBEAT", "1s"),
@@ -90,10 +92,10 @@ async fn measure(c: &LocalCluster, args: &InboundBenchArgs) -> anyhow::Result<In
     let took = last.context("nothing consumed")?.saturating_duration_since(started);
     let msgs_per_s = m as f64 / took.as_secs_f64().max(1e-9);
 
-    let fast_stages = super::stages::scrape(&c.pods).await;
+    let fast_stages = super::stages::scrape(&c.pods, super::stages::INBOUND).await;
     let sent_at = inject_at_rate(c, m, args.rate).await?;
     wait_consumed(&reader, 2 * m, budget + Duration::from_secs_f64(m as f64 / args.rate)).await;
-    let rate_stages = super::stages::scrape(&c.pods).await;
+    let rate_stages = super::stages::scrape(&c.pods, super::stages::INBOUND).await;
     let profile = json!({
         "fast_run": super::stages::between(&super::stages::Scrape::default(), &fast_stages),
         "rate_run": super::stages::between(&fast_stages, &rate_stages),
@@ -193,7 +195,7 @@ async fn wait_consumed(reader: &BusReader, n: usize, within: Duration) {
 }
 
 /// Waits until every stream slot is held (a fresh cluster waits out its quarantine first).
-async fn wait_all_held(c: &LocalCluster) -> anyhow::Result<()> {
+pub(super) async fn wait_all_held(c: &LocalCluster) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let slots = usize::from(c.settings.pools.stream.get());
     loop {
@@ -214,7 +216,7 @@ async fn wait_all_held(c: &LocalCluster) -> anyhow::Result<()> {
 }
 
 /// Peak resident set (VmHWM) of a process, in MiB; 0 when unreadable.
-fn peak_rss_mb(pid: u32) -> f64 {
+pub(super) fn peak_rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()

@@ -1,13 +1,16 @@
 //! Benchmarks: programs that print ONE JSON line of figures (never timed tests).
 //! `bench lease` measures the cluster-wide connection budget (leased slots);
 //! `bench sim` the ICOM simulator's throughput through the real client;
-//! `bench inbound` the whole inbound pipeline of a local cluster.
+//! `bench inbound` the whole inbound pipeline of a local cluster;
+//! `bench outbound` the whole outbound pipeline of a local cluster.
 
+pub mod fates;
 pub mod inbound;
 pub mod judge;
 pub mod latency;
 pub mod lease;
 pub mod lease_worker;
+pub mod outbound;
 pub mod sim;
 pub mod stages;
 
@@ -29,6 +32,11 @@ pub async fn run(command: BenchCommand, settings: Settings) -> anyhow::Result<Ex
         BenchCommand::Inbound(args) => {
             let exe = std::env::current_exe().context("locating the cabine binary")?;
             let report = inbound::run(&args, &exe).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        BenchCommand::Outbound(args) => {
+            let exe = std::env::current_exe().context("locating the cabine binary")?;
+            let report = outbound::run(&args, &exe).await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         BenchCommand::LeaseWorker(args) => lease_worker::run(args, &settings).await?,

@@ -1,4 +1,4 @@
-//! Per-stage timings of `bench inbound`, from the pods' own histograms: each
+//! Per-stage timings of `bench inbound` and `bench outbound`, from the pods' own histograms: each
 //! pod's `/metrics` is scraped before and after a run, the bucket counts of the
 //! stage histograms are summed over pods and subtracted, and p50 / p99 are read
 //! off the buckets (as upper bounds). Printed on stderr beside the JSON line,
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::harness::Pod;
 
 /// The histograms of the inbound path, in pipeline order.
-const STAGES: [&str; 5] = [
+pub const INBOUND: &[&str] = &[
     "cabine_icom_request_seconds",
     "cabine_inbox_commit_seconds",
     "cabine_slot_poll_seconds",
@@ -19,18 +19,27 @@ const STAGES: [&str; 5] = [
     "cabine_redis_round_trip_seconds",
 ];
 
+/// The histograms of the outbound path: intake (pull, store), a sender's turn step by step, the
+/// POSTs, the lease calls.
+pub const OUTBOUND: &[&str] = &[
+    "cabine_outbound_intake_step_seconds",
+    "cabine_outbound_turn_step_seconds",
+    "cabine_outbound_send_seconds",
+    "cabine_redis_round_trip_seconds",
+];
+
 /// Series (name and labels without `le`) → cumulative count per bucket bound.
 #[derive(Default)]
 pub struct Scrape(BTreeMap<String, BTreeMap<u64, f64>>);
 
-/// Sums every pod's stage histograms.
-pub async fn scrape(pods: &[Pod]) -> Scrape {
+/// Sums every pod's histograms named in `stages`.
+pub async fn scrape(pods: &[Pod], stages: &[&str]) -> Scrape {
     let mut total = Scrape::default();
     for pod in pods {
         let Ok(r) = reqwest::get(format!("http://{}/metrics", pod.http)).await else { continue };
         let Ok(text) = r.text().await else { continue };
         for line in text.lines() {
-            if let Some((key, le, count)) = bucket_line(line) {
+            if let Some((key, le, count)) = bucket_line(line, stages) {
                 *total.0.entry(key).or_default().entry(le).or_default() += count;
             }
         }
@@ -39,9 +48,9 @@ pub async fn scrape(pods: &[Pod]) -> Scrape {
 }
 
 /// `name_bucket{a="x",le="0.005"} 12` → (`name{a="x"}`, 5000 µs, 12).
-fn bucket_line(line: &str) -> Option<(String, u64, f64)> {
+fn bucket_line(line: &str, stages: &[&str]) -> Option<(String, u64, f64)> {
     let (series, count) = line.rsplit_once(' ')?;
-    let name = STAGES.iter().find(|s| series.starts_with(&format!("{s}_bucket{{")))?;
+    let name = stages.iter().find(|s| series.starts_with(&format!("{s}_bucket{{")))?;
     let labels = series.strip_prefix(&format!("{name}_bucket{{"))?.strip_suffix('}')?;
     let mut kept = Vec::new();
     let mut le = None;
@@ -87,10 +96,13 @@ mod tests {
     #[test]
     fn buckets_are_parsed_and_subtracted() {
         let line = r#"cabine_inbox_commit_seconds_bucket{le="0.005"} 12"#;
-        assert_eq!(bucket_line(line), Some(("cabine_inbox_commit_seconds{}".into(), 5000, 12.0)));
+        assert_eq!(bucket_line(line, INBOUND), Some(("cabine_inbox_commit_seconds{}".into(), 5000, 12.0)));
         let line = r#"cabine_slot_poll_seconds_bucket{channel="cpm",le="+Inf"} 3"#;
-        assert_eq!(bucket_line(line), Some(("cabine_slot_poll_seconds{channel=\"cpm\"}".into(), u64::MAX, 3.0)));
-        assert_eq!(bucket_line("cabine_slot_polls_total{channel=\"cpm\"} 3"), None);
+        assert_eq!(
+            bucket_line(line, INBOUND),
+            Some(("cabine_slot_poll_seconds{channel=\"cpm\"}".into(), u64::MAX, 3.0))
+        );
+        assert_eq!(bucket_line("cabine_slot_polls_total{channel=\"cpm\"} 3", INBOUND), None);
         let mut before = Scrape::default();
         before.0.insert("s{}".into(), [(1000, 10.0), (5000, 10.0), (u64::MAX, 10.0)].into());
         let mut after = Scrape::default();

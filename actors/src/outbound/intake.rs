@@ -45,12 +45,15 @@ pub async fn run(
 ) -> IntakeReport {
     stage.store(PULLING, Ordering::SeqCst);
     let mut report = IntakeReport::default();
+    let started = tokio::time::Instant::now();
     let pulled = match ports.ingress.pull(config.pull_batch, config.pull_wait).await {
         Ok(pulled) => pulled,
         Err(IngressError::Unavailable(e)) => return IntakeReport { end: IntakeEnd::Unavailable(e), ..report },
         Err(IngressError::Fatal(e)) => return IntakeReport { end: IntakeEnd::Fatal(e), ..report },
     };
     stage.store(STORING, Ordering::SeqCst);
+    metrics::intake_step("pull", started.elapsed());
+    let storing = tokio::time::Instant::now();
     report.pulled = pulled.len();
     metrics::intake("pulled", pulled.len());
     let mut events = Vec::new();
@@ -85,6 +88,7 @@ pub async fn run(
             report.ack_failures += 1;
         }
     }
+    metrics::intake_step("store", storing.elapsed());
     metrics::intake("inserted", report.inserted);
     metrics::intake("duplicate", report.duplicates);
     metrics::intake("invalid", report.invalid);

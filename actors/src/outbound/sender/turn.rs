@@ -41,7 +41,10 @@ struct Turn {
 impl Turn {
     async fn play(&mut self) -> TurnEnd {
         let (ports, channel) = (self.input.ports.clone(), self.input.channel);
-        let call = match ports.breaker.admit(channel).await {
+        let step = Instant::now();
+        let admitted = ports.breaker.admit(channel).await;
+        metrics::turn_step(channel, "admit", step.elapsed());
+        let call = match admitted {
             Ok(Admission::Admit(call)) => call,
             Ok(Admission::Refused { state, retry_after }) => {
                 self.breaker = Some(state);
@@ -52,7 +55,10 @@ impl Turn {
         };
         let size =
             if self.input.single { BatchSize::new(1).unwrap_or(BatchSize::MAX) } else { self.input.config.batch_size };
-        let batch = match ports.store.take_ready(channel, size).await {
+        let step = Instant::now();
+        let taken = ports.store.take_ready(channel, size).await;
+        metrics::turn_step(channel, "take", step.elapsed());
+        let batch = match taken {
             Ok(batch) => batch,
             Err(e) => {
                 self.forget(&call).await;
@@ -133,6 +139,13 @@ impl Turn {
 
     /// Draws the batch's cost, waiting for a short refill; `Err` ends the turn.
     async fn draw(&mut self, due: &[ReadyMessage]) -> Result<(), TurnEnd> {
+        let step = Instant::now();
+        let drawn = self.draw_waiting(due).await;
+        metrics::turn_step(self.input.channel, "draw", step.elapsed());
+        drawn
+    }
+
+    async fn draw_waiting(&mut self, due: &[ReadyMessage]) -> Result<(), TurnEnd> {
         let (ports, cfg) = (&self.input.ports, &self.input.config);
         let cost = cfg.costs.of_batch(due.iter().map(|m| m.msg_type.as_str()));
         let mut waited = Duration::ZERO;
@@ -158,6 +171,17 @@ impl Turn {
 
     /// Records outcomes, retrying while the store is unavailable (within the patience).
     async fn record(&mut self, claim: &ClaimToken, outcomes: &[(String, SendResult)]) -> Result<Recorded, TurnEnd> {
+        let step = Instant::now();
+        let recorded = self.record_retrying(claim, outcomes).await;
+        metrics::turn_step(self.input.channel, "record", step.elapsed());
+        recorded
+    }
+
+    async fn record_retrying(
+        &mut self,
+        claim: &ClaimToken,
+        outcomes: &[(String, SendResult)],
+    ) -> Result<Recorded, TurnEnd> {
         let (store, cfg, t) = (&self.input.ports.store, &self.input.config, &self.input.timing);
         let give_up = Instant::now() + cfg.record_patience;
         let mut backoff = Backoff::new(t.backoff_base, t.backoff_max);
@@ -194,7 +218,10 @@ impl Turn {
 
     /// Counts the call on the breaker; `Some` ends the turn (fatal).
     async fn count(&mut self, call: &Call, outcome: CallOutcome) -> Option<TurnEnd> {
-        match self.input.ports.breaker.record(self.input.channel, call, outcome).await {
+        let step = Instant::now();
+        let counted = self.input.ports.breaker.record(self.input.channel, call, outcome).await;
+        metrics::turn_step(self.input.channel, "count", step.elapsed());
+        match counted {
             Ok(state) => {
                 self.counted = true;
                 self.breaker = Some(state);
@@ -213,11 +240,14 @@ impl Turn {
     }
 
     async fn publish(&mut self, events: &[ResultEvent]) {
-        if !events.is_empty()
-            && let Err(e) = self.input.ports.results.publish(events).await
-        {
+        if events.is_empty() {
+            return;
+        }
+        let step = Instant::now();
+        if let Err(e) = self.input.ports.results.publish(events).await {
             tracing::warn!(error = %e, "result events left for the janitor's sweep");
         }
+        metrics::turn_step(self.input.channel, "publish", step.elapsed());
     }
 }
 
