@@ -5,70 +5,19 @@
 //! cap; the inbox and an independent JetStream reader judge loss and duplicates.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
+mod cluster_support;
+
 use anyhow::{Context, ensure};
-use cabine::harness::{BusReader, ClusterSpec, LocalCluster, RedisServer, cluster};
+use cabine::harness::{BusReader, LocalCluster, RedisServer};
+use cluster_support::{TOKEN, eventually, run, stream_holders};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
 
-const TOKEN: &str = "test-admin-token";
-
-fn exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cabine"))
-}
-
 async fn start(tag: &str, pods: usize, extra: &[(&str, &str)]) -> LocalCluster {
-    cabine::install_crypto_provider();
-    let mut env = cluster::test_timings();
-    env.push(("CABINE__HTTP__ADMIN_TOKEN".into(), TOKEN.into()));
-    env.push(("CABINE__LOG__FILTER".into(), "warn,cabine_actors=info".into()));
-    env.extend(cluster::pairs(extra));
-    let spec = ClusterSpec { tag: tag.into(), pods, env, sim_args: cluster::test_sim_args() };
-    LocalCluster::start(&exe(), spec).await.expect("the cluster starts")
-}
-
-/// Runs the test body, cleans up whatever happened, then fails if the body did.
-async fn run<F>(c: LocalCluster, body: F)
-where
-    F: for<'a> AsyncFnOnce(&'a mut LocalCluster) -> anyhow::Result<()>,
-{
-    let mut c = c;
-    let outcome = body(&mut c).await;
-    c.cleanup().await;
-    outcome.unwrap();
-}
-
-async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Stream slot → holding pod, from pod `i`'s `/cluster`.
-async fn stream_holders(c: &LocalCluster, i: usize) -> anyhow::Result<BTreeMap<u64, String>> {
-    let view = c.pod_json(i, "/cluster").await?;
-    let pools = view["holders"].as_array().context("holders")?;
-    let stream = pools.iter().find(|p| p["pool"] == "stream").context("stream pool")?;
-    Ok(stream["holders"]
-        .as_array()
-        .context("holder list")?
-        .iter()
-        .map(|h| (h["slot"].as_u64().unwrap_or(0), h["pod"].as_str().unwrap_or("").to_owned()))
-        .collect())
+    cluster_support::start(tag, pods, &[extra]).await
 }
 
 /// Waits until every injected id is in the inbox and on the bus, exactly once.

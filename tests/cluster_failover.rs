@@ -7,26 +7,21 @@
 //! or 2 s, cooldown 6 s, watchdog every 250 ms, zero-active after 2 s.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::time::Duration;
 
+mod cluster_support;
+
 use anyhow::{Context, ensure};
-use cabine::harness::{BusReader, ClusterSpec, LocalCluster, cluster};
+use cabine::harness::{BusReader, LocalCluster};
+use cluster_support::{eventually, run, stream_holders};
 use serde_json::{Value, json};
 use tokio::time::Instant;
-
-fn exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cabine"))
-}
 
 /// failover.after 2 s, lease 2 s, acquire interval 200 ms: the takeover bound, plus probe slack.
 const TAKEOVER_BOUND: Duration = Duration::from_millis(2_000 + 2_000 + 200 + 500);
 
 async fn start(tag: &str, extra: &[(&str, &str)]) -> LocalCluster {
-    cabine::install_crypto_provider();
-    let mut env = cluster::test_timings();
-    env.extend(cluster::pairs(&[
-        ("CABINE__LOG__FILTER", "warn,cabine_actors=info"),
+    let failover: &[(&str, &str)] = &[
         ("CABINE__FAILOVER__AFTER_FAILURES", "3"),
         ("CABINE__FAILOVER__AFTER", "2s"),
         ("CABINE__FAILOVER__COOLDOWN", "6s"),
@@ -37,51 +32,8 @@ async fn start(tag: &str, extra: &[(&str, &str)]) -> LocalCluster {
         ("CABINE__WATCHDOG__UNHELD_AFTER", "3s"),
         ("CABINE__WATCHDOG__ZERO_ACTIVE_AFTER", "2s"),
         ("CABINE__WATCHDOG__LAG_AFTER", "5s"),
-    ]));
-    env.extend(cluster::pairs(extra));
-    let spec = ClusterSpec { tag: tag.into(), pods: 2, env, sim_args: cluster::test_sim_args() };
-    LocalCluster::start(&exe(), spec).await.expect("the cluster starts")
-}
-
-/// Runs the test body, cleans up whatever happened, then fails if the body did.
-async fn run<F>(c: LocalCluster, body: F)
-where
-    F: for<'a> AsyncFnOnce(&'a mut LocalCluster) -> anyhow::Result<()>,
-{
-    let mut c = c;
-    let outcome = body(&mut c).await;
-    c.cleanup().await;
-    outcome.unwrap();
-}
-
-async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Stream slot → holding pod, from pod `i`'s `/cluster`.
-async fn stream_holders(c: &LocalCluster, i: usize) -> anyhow::Result<BTreeMap<u64, String>> {
-    let view = c.pod_json(i, "/cluster").await?;
-    let pools = view["holders"].as_array().context("holders")?;
-    let stream = pools.iter().find(|p| p["pool"] == "stream").context("stream pool")?;
-    Ok(stream["holders"]
-        .as_array()
-        .context("holder list")?
-        .iter()
-        .map(|h| (h["slot"].as_u64().unwrap_or(0), h["pod"].as_str().unwrap_or("").to_owned()))
-        .collect())
+    ];
+    cluster_support::start(tag, 2, &[failover, extra]).await
 }
 
 /// The `kind` alerts of channel cpm in pod `i`'s `/cluster`.

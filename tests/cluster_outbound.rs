@@ -5,81 +5,24 @@
 //! outbound table judges loss and final states.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
+
+mod cluster_support;
 
 use anyhow::ensure;
 use cabine::harness::outbound::{OutboundFeed, Request, pacs008_bodies};
-use cabine::harness::{BusReader, ClusterSpec, LocalCluster, cluster};
+use cabine::harness::{BusReader, LocalCluster};
 use cabine::redis::breaker::RedisBreaker;
 use cabine::redis::guard::{GuardKeys, ScriptClock};
 use cabine_actors::domain::ChannelId;
 use cabine_actors::ports::breaker::{BreakerState, CircuitBreaker};
+use cluster_support::{OUTBOUND_TIMINGS, holders, run, until};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-const TOKEN: &str = "test-admin-token";
-
-fn exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cabine"))
-}
-
-/// Test timings plus outbound ones short enough for a test (janitor and
-/// confirmer every 200 ms, idle release 500 ms, breaker break 2 s).
-fn outbound_timings() -> Vec<(String, String)> {
-    cluster::pairs(&[
-        ("CABINE__OUTBOUND__JANITOR_INTERVAL", "200ms"),
-        ("CABINE__OUTBOUND__CONFIRM_INTERVAL", "200ms"),
-        ("CABINE__OUTBOUND__STATUS_INTERVAL", "200ms"),
-        ("CABINE__OUTBOUND__IDLE_RELEASE", "500ms"),
-        ("CABINE__OUTBOUND__IDLE_POLL", "50ms"),
-        ("CABINE__OUTBOUND__PULL_WAIT", "200ms"),
-        ("CABINE__OUTBOUND__ACK_WAIT", "10s"),
-        ("CABINE__OUTBOUND__BREAKER__BREAK_TIME", "2s"),
-        ("CABINE__OUTBOUND__BREAKER__PROBE_TIMEOUT", "3s"),
-        ("CABINE__OUTBOUND__BREAKER__SLOW_CALL", "900ms"),
-        ("CABINE__TIMING__BACKOFF_MAX", "1s"),
-        ("CABINE__TIMING__PROCESSING_TIMEOUT", "10s"),
-    ])
-}
-
 async fn start(tag: &str, pods: usize, extra: &[(&str, &str)]) -> LocalCluster {
-    cabine::install_crypto_provider();
-    let mut env = cluster::test_timings();
-    env.extend(outbound_timings());
-    env.push(("CABINE__HTTP__ADMIN_TOKEN".into(), TOKEN.into()));
-    env.push(("CABINE__LOG__FILTER".into(), "warn,cabine_actors=info".into()));
-    env.extend(cluster::pairs(extra));
-    let spec = ClusterSpec { tag: tag.into(), pods, env, sim_args: cluster::test_sim_args() };
-    LocalCluster::start(&exe(), spec).await.expect("the cluster starts")
-}
-
-/// Runs the test body, cleans up whatever happened, then fails if the body did.
-async fn run<F>(c: LocalCluster, body: F)
-where
-    F: for<'a> AsyncFnOnce(&'a mut LocalCluster) -> anyhow::Result<()>,
-{
-    let mut c = c;
-    let outcome = body(&mut c).await;
-    c.cleanup().await;
-    outcome.unwrap();
-}
-
-/// Polls `check` every 100 ms until it holds or `within` passes; the last value either way.
-async fn until<T, F, Fut>(within: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<(bool, T)>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        let (done, value) = check().await?;
-        if done || Instant::now() >= deadline {
-            return Ok(value);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    cluster_support::start(tag, pods, &[OUTBOUND_TIMINGS, extra]).await
 }
 
 async fn statuses(c: &LocalCluster) -> anyhow::Result<BTreeMap<String, i64>> {
@@ -360,15 +303,9 @@ async fn sigkill_of_a_pod_holding_send_leases_loses_nothing_and_accepts_nothing_
         let n = ids.len() as i64;
         // The pod holding a send lease while sends are under way.
         let holder = until(Duration::from_secs(20), async || {
-            let view = c.pod_json(0, "/cluster").await?;
-            let pod = view["holders"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|p| p["pool"] == "send")
-                .and_then(|p| p["holders"].as_array()?.first().cloned())
-                .and_then(|h| h["pod"].as_str().map(str::to_owned));
-            let sent = count(&statuses(c).await?, "sent") + count(&statuses(c).await?, "confirmed");
+            let pod = holders(c, 0, "send").await?.into_values().next();
+            let s = statuses(c).await?;
+            let sent = count(&s, "sent") + count(&s, "confirmed");
             Ok((pod.is_some() && sent > 500, pod))
         })
         .await?
@@ -378,10 +315,7 @@ async fn sigkill_of_a_pod_holding_send_leases_loses_nothing_and_accepts_nothing_
         let killed = Instant::now();
         let survivor = (victim + 1) % c.pods.len();
         let freed = until(Duration::from_secs(10), async || {
-            let view = c.pod_json(survivor, "/cluster").await?;
-            let held = view["holders"].as_array().into_iter().flatten().filter(|p| p["pool"] == "send").any(|p| {
-                p["holders"].as_array().into_iter().flatten().any(|h| h["pod"].as_str() == Some(holder.as_str()))
-            });
+            let held = holders(c, survivor, "send").await?.values().any(|p| *p == holder);
             Ok((!held, killed.elapsed()))
         })
         .await?;

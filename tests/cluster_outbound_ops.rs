@@ -4,6 +4,7 @@
 //! poison message dead then reprocessed, an open breaker reset, `/actors`,
 //! and the `cabine outbound …` / `cabine breaker reset` client commands.
 
+mod cluster_support;
 mod ops_support;
 
 use std::collections::BTreeSet;

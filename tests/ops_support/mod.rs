@@ -3,75 +3,23 @@
 //! pod, the `cabine` binary as a client, and polling until a condition holds.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::cluster_support::{OUTBOUND_TIMINGS, TOKEN, exe, run, until};
 use anyhow::Context;
-use cabine::harness::{ClusterSpec, LocalCluster, cluster};
+use cabine::harness::LocalCluster;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
-use tokio::time::Instant;
-
-pub const TOKEN: &str = "test-admin-token";
-
-pub fn exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cabine"))
-}
-
-/// Test timings plus outbound ones short enough for a test.
-fn outbound_timings() -> Vec<(String, String)> {
-    cluster::pairs(&[
-        ("CABINE__OUTBOUND__JANITOR_INTERVAL", "200ms"),
-        ("CABINE__OUTBOUND__CONFIRM_INTERVAL", "200ms"),
-        ("CABINE__OUTBOUND__STATUS_INTERVAL", "200ms"),
-        ("CABINE__OUTBOUND__IDLE_RELEASE", "500ms"),
-        ("CABINE__OUTBOUND__IDLE_POLL", "50ms"),
-        ("CABINE__OUTBOUND__PULL_WAIT", "200ms"),
-        ("CABINE__OUTBOUND__ACK_WAIT", "10s"),
-        ("CABINE__OUTBOUND__MAX_MESSAGE_BYTES", "65536"),
-        ("CABINE__TIMING__BACKOFF_BASE", "50ms"),
-        ("CABINE__TIMING__BACKOFF_MAX", "300ms"),
-        ("CABINE__TIMING__PROCESSING_TIMEOUT", "10s"),
-    ])
-}
 
 /// One pod (or `pods`) against a child simulator; `extra` overrides last.
 pub async fn start(tag: &str, pods: usize, extra: &[(&str, &str)]) -> LocalCluster {
-    cabine::install_crypto_provider();
-    let mut env = cluster::test_timings();
-    env.extend(outbound_timings());
-    env.push(("CABINE__HTTP__ADMIN_TOKEN".into(), TOKEN.into()));
-    env.push(("CABINE__LOG__FILTER".into(), "warn,cabine_actors=info".into()));
-    env.extend(cluster::pairs(extra));
-    let spec = ClusterSpec { tag: tag.into(), pods, env, sim_args: cluster::test_sim_args() };
-    LocalCluster::start(&exe(), spec).await.expect("the cluster starts")
-}
-
-/// Runs the test body, cleans up whatever happened, then fails if the body did.
-pub async fn run<F>(c: LocalCluster, body: F)
-where
-    F: for<'a> AsyncFnOnce(&'a mut LocalCluster) -> anyhow::Result<()>,
-{
-    let mut c = c;
-    let outcome = body(&mut c).await;
-    c.cleanup().await;
-    outcome.unwrap();
-}
-
-/// Polls `check` every 100 ms until it holds or `within` passes; the last value either way.
-pub async fn until<T, F, Fut>(within: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<(bool, T)>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        let (done, value) = check().await?;
-        if done || Instant::now() >= deadline {
-            return Ok(value);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ops: &[(&str, &str)] = &[
+        ("CABINE__OUTBOUND__MAX_MESSAGE_BYTES", "65536"),
+        ("CABINE__OUTBOUND__BREAKER__BREAK_TIME", "30s"),
+        ("CABINE__TIMING__BACKOFF_BASE", "50ms"),
+        ("CABINE__TIMING__BACKOFF_MAX", "300ms"),
+    ];
+    crate::cluster_support::start(tag, pods, &[OUTBOUND_TIMINGS, ops, extra]).await
 }
 
 /// The operator's HTTP calls on one pod.
