@@ -198,8 +198,11 @@ pub struct SenderState {
     /// The pause is an open breaker's: it ends when the breaker is seen closed.
     paused_for_breaker: bool,
     single: bool,
-    /// A wake arrived while releasing: look for work again once standby.
+    /// A wake arrived that could not be served at once (mid-turn, releasing,
+    /// refused a lease lately): served as soon as the sender may act on it.
     woken: bool,
+    /// Refused a lease (or lost one): no acquire before this, however often woken.
+    acquire_not_before: Option<Instant>,
     draining: bool,
     drain: SenderDrain,
     drain_reply: Option<RpcReplyPort<SenderDrain>>,
@@ -249,6 +252,7 @@ impl Actor for Sender {
             paused_for_breaker: false,
             single: false,
             woken: false,
+            acquire_not_before: None,
             draining: false,
             drain: SenderDrain::default(),
             drain_reply: None,
@@ -281,8 +285,10 @@ impl Actor for Sender {
         let current = state.generation;
         match msg {
             SenderMsg::Wake => self.on_wake(&me, state),
-            SenderMsg::TryAcquire { generation } if generation == current && self.work_likely() => {
-                self.acquire(&me, state)
+            SenderMsg::TryAcquire { generation } if generation == current => {
+                if std::mem::take(&mut state.woken) || self.work_likely() {
+                    self.acquire(&me, state)
+                }
             }
             SenderMsg::Acquired { generation, result } if generation == current => {
                 self.on_acquired(&me, state, result)?
