@@ -157,6 +157,7 @@ impl Sender {
             lease_budget: self.config.send_timeout + c.timing.request_margin,
             clock: self.ctx.clock,
             single: state.single,
+            publishing: state.publishing.take(),
         };
         let generation = Self::next_generation(state);
         let me = me.clone();
@@ -171,9 +172,10 @@ impl Sender {
         &self,
         me: &Me,
         state: &mut SenderState,
-        report: TurnReport,
+        mut report: TurnReport,
     ) -> Result<(), ActorProcessingErr> {
         state.task = None;
+        state.publishing = report.publishing.take();
         self.show(&report);
         let woken = std::mem::take(&mut state.woken);
         let Some(holding) = state.holding.as_mut() else {
@@ -279,7 +281,12 @@ impl Sender {
         self.enter(state, Phase::Releasing);
         let generation = Self::next_generation(state);
         let (ctx, owner, me) = (self.ctx.clone(), self.owner(), me.clone());
+        let publishing = state.publishing.take();
         state.task = Some(OwnedTask::spawn(async move {
+            // A sender back in standby (or drained) has published what it recorded (or left it to the sweep).
+            if let Some(publishing) = publishing {
+                let _ = publishing.await;
+            }
             if let Some(lease) = ctx.ledger.remove(&owner) {
                 ctx.release(vec![lease]).await;
             }
