@@ -5,7 +5,7 @@ mod breaker;
 mod flow;
 mod leases;
 mod realtime;
-mod wakes;
+mod send_path;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,9 +1,11 @@
-//! Wakes on the send path: a row inserted while a turn runs is sent right
+//! The send path: a row inserted while a turn runs is sent right
 //! after that turn (not one `idle_poll` later), and a standby sender refused a
-//! lease acquires no more often than `acquire_interval` however often woken.
+//! lease acquires no more often than `acquire_interval` however often woken,
+//! and a turn does not wait for the PubAck of its result events.
 
 use cabine_actors::ports::Pool;
 use cabine_actors::ports::outbound::{OutboundStatus as S, Priority};
+use cabine_actors::ports::outbound_bus::ResultStatus;
 use tokio::time::Instant;
 
 use super::*;
@@ -54,6 +56,27 @@ async fn a_standby_sender_refused_a_lease_does_not_acquire_more_often_than_acqui
     // acquire_interval 300 ms, jittered down to 150 ms at worst: ≤ 20 in 3 s.
     assert!(calls <= 22, "{calls} acquire calls in 3 s");
     all_in(&world, &all, S::Sent, ms(5000)).await;
+    assert_sim_clean(&world, 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_does_not_wait_for_its_result_events_to_be_published() {
+    let world = world(1, |s| s.outbound.send.latency = ms(200));
+    world.results.set_latency(ms(200));
+    let tree = start_pod(&world, "pod-a", one_per_post(outbound_config(1))).await;
+    publish(&world, &["P0".into()], Priority::Normal, 60);
+    all_in(&world, &["P0".into()], S::Sent, ms(5000)).await;
+    let all = ids("P", 10);
+    let started = Instant::now();
+    publish(&world, &all, Priority::Normal, 60);
+    all_in(&world, &all, S::Sent, ms(10_000)).await;
+    // One POST after another (200 ms each), each publish overlapping the next POST: not 10 × 400 ms.
+    assert!(started.elapsed() < ms(3000), "took {:?}", started.elapsed());
+    eventually("every Sent event published", ms(2000), || {
+        all.iter().all(|id| world.results.statuses(id).contains(&ResultStatus::Sent))
+    })
+    .await;
     assert_sim_clean(&world, 1);
     tree.shutdown().await;
 }
