@@ -32,6 +32,8 @@ struct Key {
 #[derive(Clone, Debug, Default)]
 pub struct LeaseAudit {
     pub grants: u64,
+    /// Acquire calls that reached the store, by pool (granted or not).
+    pub acquires: HashMap<Pool, u64>,
     /// Releases that freed a key, by slot name (`cpm:stream/2`).
     pub releases: HashMap<String, u64>,
     pub renew_many_calls: u64,
@@ -152,6 +154,7 @@ impl FakeLeaseStore {
     fn acquire(&self, pod: &str, pool: Pool, slot: Option<u8>, t0: Instant) -> Acquired {
         let mut t = self.lock();
         let now = Instant::now();
+        *t.audit.acquires.entry(pool).or_default() += 1;
         self.check_epoch(&mut t, now);
         if let Some(until) = t.quarantine_until.filter(|u| *u > now) {
             t.audit.quarantined_answers += 1;

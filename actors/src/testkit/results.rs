@@ -1,7 +1,8 @@
 //! In-memory result-event publisher over the fake outbound store's outbox:
 //! counts every publication by `Nats-Msg-Id` (JetStream would drop repeats
 //! within its window; here they are visible), marks events published in the
-//! store, can be "down" (events stay unpublished), and sweeps the outbox.
+//! store, can be "down" (events stay unpublished) or slow (a PubAck's round
+//! trip), and sweeps the outbox.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,11 +16,17 @@ pub struct FakeResults {
     store: Arc<FakeOutboundStore>,
     published: Mutex<HashMap<String, (ResultEvent, u32)>>,
     down: AtomicBool,
+    latency: Mutex<Duration>,
 }
 
 impl FakeResults {
     pub fn new(store: Arc<FakeOutboundStore>) -> Arc<Self> {
-        Arc::new(FakeResults { store, published: Mutex::default(), down: AtomicBool::new(false) })
+        Arc::new(FakeResults {
+            store,
+            published: Mutex::default(),
+            down: AtomicBool::new(false),
+            latency: Mutex::default(),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ResultEvent, u32)>> {
@@ -28,6 +35,11 @@ impl FakeResults {
 
     pub fn set_down(&self, down: bool) {
         self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Every publish answers after `latency` (the events count once it answers).
+    pub fn set_latency(&self, latency: Duration) {
+        *self.latency.lock().unwrap_or_else(|p| p.into_inner()) = latency;
     }
 
     /// Distinct events published with `status`.
@@ -47,6 +59,8 @@ impl FakeResults {
 #[async_trait::async_trait]
 impl ResultSink for FakeResults {
     async fn publish(&self, events: &[ResultEvent]) -> Result<usize, ResultsError> {
+        let latency = *self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        tokio::time::sleep(latency).await;
         if self.down.load(Ordering::SeqCst) {
             return Err(ResultsError::Unavailable("fake bus down".into()));
         }

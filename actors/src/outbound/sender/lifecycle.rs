@@ -46,11 +46,25 @@ impl Sender {
             return;
         }
         match state.phase {
+            // Refused lately: the armed TryAcquire serves this wake (its generation stays current).
+            Phase::Standby if Self::acquire_held_back(state) => state.woken = true,
             Phase::Standby => self.acquire(me, state),
             Phase::Idle => self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation }),
-            Phase::Releasing => state.woken = true,
-            _ => {}
+            // The turn may have looked before the new row: look again right after it;
+            // an acquire refused now retries on its timer even if the last depth read saw nothing.
+            Phase::Acquiring | Phase::Sending | Phase::Releasing => state.woken = true,
+            Phase::Drained => {}
         }
+    }
+
+    fn acquire_held_back(state: &SenderState) -> bool {
+        state.acquire_not_before.is_some_and(|t| t > Instant::now())
+    }
+
+    /// No acquire before `after` from now (a wake meanwhile is remembered); the timer tries then.
+    fn retry_acquire(&self, me: &Me, state: &mut SenderState, after: Duration) {
+        state.acquire_not_before = Some(Instant::now() + after);
+        self.arm(me, state, after, |generation| SenderMsg::TryAcquire { generation });
     }
 
     pub(super) fn acquire(&self, me: &Me, state: &mut SenderState) {
@@ -96,6 +110,8 @@ impl Sender {
                 let conn = Some(self.ports.sends.sender(self.channel));
                 state.holding = Some(Holding { lease, grant, conn, last_work: Instant::now(), lost: false });
                 self.ctx.board.set_detail(&self.owner(), "slot", slot);
+                // The first turn runs now: it serves a wake that came while acquiring.
+                (state.woken, state.acquire_not_before) = (false, None);
                 if state.draining {
                     self.release(me, state);
                     return Ok(());
@@ -120,7 +136,7 @@ impl Sender {
         if state.draining {
             self.finish_drain(state);
         } else {
-            self.arm(me, state, retry, |generation| SenderMsg::TryAcquire { generation });
+            self.retry_acquire(me, state, retry);
         }
         Ok(())
     }
@@ -141,6 +157,7 @@ impl Sender {
             lease_budget: self.config.send_timeout + c.timing.request_margin,
             clock: self.ctx.clock,
             single: state.single,
+            publishing: state.publishing.take(),
         };
         let generation = Self::next_generation(state);
         let me = me.clone();
@@ -155,10 +172,12 @@ impl Sender {
         &self,
         me: &Me,
         state: &mut SenderState,
-        report: TurnReport,
+        mut report: TurnReport,
     ) -> Result<(), ActorProcessingErr> {
         state.task = None;
+        state.publishing = report.publishing.take();
         self.show(&report);
+        let woken = std::mem::take(&mut state.woken);
         let Some(holding) = state.holding.as_mut() else {
             self.enter(state, Phase::Standby);
             return Ok(());
@@ -192,6 +211,7 @@ impl Sender {
                 state.single = true;
                 self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation });
             }
+            TurnEnd::Empty if woken => self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation }),
             TurnEnd::Empty => self.idle(me, state),
             TurnEnd::RateLimited { retry_after } | TurnEnd::BucketWait { retry_after } => {
                 self.pause(me, state, retry_after)
@@ -261,7 +281,12 @@ impl Sender {
         self.enter(state, Phase::Releasing);
         let generation = Self::next_generation(state);
         let (ctx, owner, me) = (self.ctx.clone(), self.owner(), me.clone());
+        let publishing = state.publishing.take();
         state.task = Some(OwnedTask::spawn(async move {
+            // A sender back in standby (or drained) has published what it recorded (or left it to the sweep).
+            if let Some(publishing) = publishing {
+                let _ = publishing.await;
+            }
             if let Some(lease) = ctx.ledger.remove(&owner) {
                 ctx.release(vec![lease]).await;
             }
@@ -301,7 +326,7 @@ impl Sender {
             return self.finish_drain(state);
         }
         let every = self.ctx.config.timing.acquire_interval;
-        self.arm(me, state, jittered(every), |generation| SenderMsg::TryAcquire { generation });
+        self.retry_acquire(me, state, jittered(every));
     }
 
     pub(super) fn on_lease_lost(&self, me: &Me, state: &mut SenderState, grant: GrantId, cause: LostCause) {

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{OutboundConfig, OutboundPorts};
@@ -44,6 +45,8 @@ pub struct TurnInput {
     pub clock: WallClock,
     /// Take one message only (the last batch was over the body limit).
     pub single: bool,
+    /// The previous turn's result events, maybe still being published.
+    pub publishing: Option<JoinHandle<()>>,
 }
 
 /// How a turn ended, i.e. what the sender does next.
@@ -105,6 +108,8 @@ pub struct TurnReport {
     pub conn: Option<Box<dyn IcomSender>>,
     pub took: Duration,
     pub breaker: Option<BreakerState>,
+    /// Result events still being published: the next turn waits for them before publishing its own.
+    pub publishing: Option<JoinHandle<()>>,
 }
 
 /// What a sender did when the pod drained.
@@ -192,14 +197,19 @@ pub struct SenderState {
     holding: Option<Holding>,
     task: Option<OwnedTask>,
     watcher: Option<OwnedTask>,
+    /// The last turn's result events being published (not aborted if the sender stops: the outbox is swept anyway).
+    publishing: Option<JoinHandle<()>>,
     backoff: Backoff,
     /// Do not acquire or send before this (breaker open, 429, empty bucket).
     paused_until: Option<Instant>,
     /// The pause is an open breaker's: it ends when the breaker is seen closed.
     paused_for_breaker: bool,
     single: bool,
-    /// A wake arrived while releasing: look for work again once standby.
+    /// A wake arrived that could not be served at once (mid-turn, releasing,
+    /// refused a lease lately): served as soon as the sender may act on it.
     woken: bool,
+    /// Refused a lease (or lost one): no acquire before this, however often woken.
+    acquire_not_before: Option<Instant>,
     draining: bool,
     drain: SenderDrain,
     drain_reply: Option<RpcReplyPort<SenderDrain>>,
@@ -244,11 +254,13 @@ impl Actor for Sender {
             holding: None,
             task: None,
             watcher: None,
+            publishing: None,
             backoff: Backoff::new(t.backoff_base, t.backoff_max),
             paused_until: None,
             paused_for_breaker: false,
             single: false,
             woken: false,
+            acquire_not_before: None,
             draining: false,
             drain: SenderDrain::default(),
             drain_reply: None,
@@ -281,8 +293,10 @@ impl Actor for Sender {
         let current = state.generation;
         match msg {
             SenderMsg::Wake => self.on_wake(&me, state),
-            SenderMsg::TryAcquire { generation } if generation == current && self.work_likely() => {
-                self.acquire(&me, state)
+            SenderMsg::TryAcquire { generation } if generation == current => {
+                if std::mem::take(&mut state.woken) || self.work_likely() {
+                    self.acquire(&me, state)
+                }
             }
             SenderMsg::Acquired { generation, result } if generation == current => {
                 self.on_acquired(&me, state, result)?

@@ -4,12 +4,21 @@
 //! (a short refill is waited for with the rows in hand) → drop rows past their
 //! deadline → check the lease leaves room for a whole send → POST → record
 //! every outcome (retrying while Postgres is down) → count the call on the
-//! breaker → publish the result events. Rows that are not sent go back to the
-//! queue (`NotSent`, not an attempt). Losing the lease during the POST does
-//! not abort it: it started inside the lease and its outcome is recorded.
+//! breaker → publish the result events in the background. Rows that are not
+//! sent go back to the queue (`NotSent`, not an attempt). Losing the lease
+//! during the POST does not abort it: it started inside the lease and its
+//! outcome is recorded.
+//!
+//! The result events are an outbox in the store (the janitor's sweep
+//! republishes any left unpublished), so the turn does not wait for their
+//! PubAck: it ends once the outcomes are recorded and counted, and the publish
+//! overlaps the next turn. At most one publish per sender is in flight: a turn
+//! with events to publish first waits for the previous one, which also keeps
+//! a sender's events in order.
 
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::verdict;
@@ -25,9 +34,11 @@ use crate::ports::{IcomSender, SendRefused};
 
 pub async fn run(input: TurnInput, conn: Box<dyn IcomSender>) -> TurnReport {
     let started = Instant::now();
-    let mut turn = Turn { input, conn: Some(conn), breaker: None, counted: false };
+    let mut input = input;
+    let publishing = input.publishing.take();
+    let mut turn = Turn { input, conn: Some(conn), breaker: None, counted: false, publishing };
     let end = turn.play().await;
-    TurnReport { end, conn: turn.conn, took: started.elapsed(), breaker: turn.breaker }
+    TurnReport { end, conn: turn.conn, took: started.elapsed(), breaker: turn.breaker, publishing: turn.publishing }
 }
 
 struct Turn {
@@ -36,6 +47,8 @@ struct Turn {
     breaker: Option<crate::ports::breaker::BreakerState>,
     /// The admitted call was reported to the breaker.
     counted: bool,
+    /// The sender's result events being published (this turn's or the previous one's).
+    publishing: Option<JoinHandle<()>>,
 }
 
 impl Turn {
@@ -58,14 +71,14 @@ impl Turn {
         let step = Instant::now();
         let taken = ports.store.take_ready(channel, size).await;
         metrics::turn_step(channel, "take", step.elapsed());
-        let batch = match taken {
+        let mut batch = match taken {
             Ok(batch) => batch,
             Err(e) => {
                 self.forget(&call).await;
                 return store_failure("taking ready rows", e);
             }
         };
-        self.publish(&batch.expired).await;
+        self.publish(std::mem::take(&mut batch.expired)).await;
         if batch.messages.is_empty() {
             self.forget(&call).await;
             return TurnEnd::Empty;
@@ -128,7 +141,7 @@ impl Turn {
         if let Some(end) = self.count(call, counted).await {
             return end;
         }
-        self.publish(&recorded.events).await;
+        self.publish(recorded.events).await;
         match reply {
             crate::ports::SendReply::RateLimited { retry_after } => {
                 TurnEnd::RateLimited { retry_after: retry_after.unwrap_or(self.input.config.retry_after_default) }
@@ -209,7 +222,7 @@ impl Turn {
         }
         match self.record(claim, &outcomes).await {
             Ok(recorded) => {
-                self.publish(&recorded.events).await;
+                self.publish(recorded.events).await;
                 end
             }
             Err(failure) => failure,
@@ -239,15 +252,24 @@ impl Turn {
         }
     }
 
-    async fn publish(&mut self, events: &[ResultEvent]) {
+    /// Starts publishing `events` once the previous publish is done; does not wait for this one.
+    async fn publish(&mut self, events: Vec<ResultEvent>) {
         if events.is_empty() {
             return;
         }
-        let step = Instant::now();
-        if let Err(e) = self.input.ports.results.publish(events).await {
-            tracing::warn!(error = %e, "result events left for the janitor's sweep");
+        if let Some(previous) = self.publishing.take() {
+            let step = Instant::now();
+            let _ = previous.await;
+            metrics::turn_step(self.input.channel, "publish_wait", step.elapsed());
         }
-        metrics::turn_step(self.input.channel, "publish", step.elapsed());
+        let (results, channel) = (self.input.ports.results.clone(), self.input.channel);
+        self.publishing = Some(tokio::spawn(async move {
+            let step = Instant::now();
+            if let Err(e) = results.publish(&events).await {
+                tracing::warn!(error = %e, "result events left for the janitor's sweep");
+            }
+            metrics::turn_step(channel, "publish", step.elapsed());
+        }));
     }
 }
 

@@ -229,8 +229,10 @@ pub trait OutboundStore: Send + Sync + 'static {
     async fn insert(&self, msg: &NewOutbound) -> Result<Inserted, OutboundError>;
     /// Keeps an unreadable request as `rejected_invalid` (once per ingress ref).
     async fn insert_invalid(&self, msg: &InvalidOutbound) -> Result<Inserted, OutboundError>;
-    /// First expires this channel's overdue queued rows, then claims up to `max`
-    /// ready rows (priority, deadline; `FOR UPDATE SKIP LOCKED`) as `sending`.
+    /// Expires this channel's overdue queued rows and claims up to `max` ready
+    /// rows (priority, deadline; `FOR UPDATE SKIP LOCKED`) as `sending`; the two
+    /// may run concurrently (disjoint rows), and a failed expiry may be left to
+    /// the janitor's rather than fail the claim.
     async fn take_ready(&self, channel: ChannelId, max: BatchSize) -> Result<Batch, OutboundError>;
     /// Records the outcome of each message (by MsgId) of a claimed batch.
     async fn record(&self, claim: &ClaimToken, outcomes: &[(String, SendResult)]) -> Result<Recorded, OutboundError>;

@@ -75,6 +75,41 @@ impl FakeOutboundStore {
         self.lock().unavailable = down;
     }
 
+    /// Claims up to `max` ready rows (and expires overdue ones); the latency to answer with.
+    fn take_now(&self, channel: ChannelId, max: BatchSize) -> Result<(Batch, Duration), OutboundError> {
+        let mut t = self.open()?;
+        let expired = self.expire(&mut t, Some(channel), 100);
+        let now = self.now();
+        let ready = t.pick(
+            |r| {
+                r.status == OutboundStatus::Queued
+                    && r.channel == Some(channel)
+                    && r.not_before <= now
+                    && r.deadline > now
+            },
+            |r| (r.priority, r.deadline, r.id),
+            max.get(),
+        );
+        let claim = ClaimToken(format!("claim-{:016x}", rand::random::<u64>()));
+        let note = Some(format!("claim {}", claim.0));
+        let mut messages = Vec::with_capacity(ready.len());
+        for i in ready {
+            t.change(i, now, note.clone(), |r| {
+                r.status = OutboundStatus::Sending;
+                (r.claim, r.claimed_at) = (Some(claim.0.clone()), Some(now));
+            });
+            messages.push(t.rows[i].ready());
+        }
+        t.audit.takes += 1;
+        t.audit.claimed += messages.len() as u64;
+        Ok((Batch { claim, channel, messages, expired }, t.take_latency))
+    }
+
+    /// A take claims its rows at once and answers after `latency` (a row inserted meanwhile is not in it).
+    pub fn set_take_latency(&self, latency: Duration) {
+        self.lock().take_latency = latency;
+    }
+
     fn open(&self) -> Result<std::sync::MutexGuard<'_, Table>, OutboundError> {
         let t = self.lock();
         if t.unavailable { Err(OutboundError::Unavailable("fake outbound store down".into())) } else { Ok(t) }
@@ -231,32 +266,9 @@ impl OutboundStore for FakeOutboundStore {
     }
 
     async fn take_ready(&self, channel: ChannelId, max: BatchSize) -> Result<Batch, OutboundError> {
-        let mut t = self.open()?;
-        let expired = self.expire(&mut t, Some(channel), 100);
-        let now = self.now();
-        let ready = t.pick(
-            |r| {
-                r.status == OutboundStatus::Queued
-                    && r.channel == Some(channel)
-                    && r.not_before <= now
-                    && r.deadline > now
-            },
-            |r| (r.priority, r.deadline, r.id),
-            max.get(),
-        );
-        let claim = ClaimToken(format!("claim-{:016x}", rand::random::<u64>()));
-        let note = Some(format!("claim {}", claim.0));
-        let mut messages = Vec::with_capacity(ready.len());
-        for i in ready {
-            t.change(i, now, note.clone(), |r| {
-                r.status = OutboundStatus::Sending;
-                (r.claim, r.claimed_at) = (Some(claim.0.clone()), Some(now));
-            });
-            messages.push(t.rows[i].ready());
-        }
-        t.audit.takes += 1;
-        t.audit.claimed += messages.len() as u64;
-        Ok(Batch { claim, channel, messages, expired })
+        let (batch, latency) = self.take_now(channel, max)?;
+        tokio::time::sleep(latency).await;
+        Ok(batch)
     }
 
     async fn record(&self, claim: &ClaimToken, outcomes: &[(String, SendResult)]) -> Result<Recorded, OutboundError> {

@@ -106,6 +106,8 @@ pub struct Table {
     pub by_ref: HashMap<String, usize>,
     pub history: Vec<HistoryLine>,
     pub unavailable: bool,
+    /// How long a take's answer travels back after the rows were claimed.
+    pub take_latency: std::time::Duration,
     pub audit: StoreAudit,
 }
 

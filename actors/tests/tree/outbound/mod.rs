@@ -5,6 +5,7 @@ mod breaker;
 mod flow;
 mod leases;
 mod realtime;
+mod send_path;
 
 use std::time::{Duration, SystemTime};
 

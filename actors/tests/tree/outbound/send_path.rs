@@ -1,0 +1,82 @@
+//! The send path: a row inserted while a turn runs is sent right
+//! after that turn (not one `idle_poll` later), and a standby sender refused a
+//! lease acquires no more often than `acquire_interval` however often woken,
+//! and a turn does not wait for the PubAck of its result events.
+
+use cabine_actors::ports::Pool;
+use cabine_actors::ports::outbound::{OutboundStatus as S, Priority};
+use cabine_actors::ports::outbound_bus::ResultStatus;
+use tokio::time::Instant;
+
+use super::*;
+
+fn last_outcome(tree: &Tree, id: &str) -> String {
+    find(&tree.status(), id).and_then(|n| n.details.get("last_outcome").cloned()).unwrap_or_default().to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_row_inserted_during_a_turn_that_finds_nothing_is_sent_without_waiting_idle_poll() {
+    let world = world(1, |_| {});
+    // A take answers 500 ms after claiming: a row inserted meanwhile is not in it.
+    world.outbound.set_take_latency(ms(500));
+    let mut o = outbound_config(1);
+    // Long enough that neither a poll nor a depth probe serves the new row.
+    (o.idle_poll, o.idle_release, o.status_interval) = (ms(3000), ms(20_000), ms(20_000));
+    let tree = start_pod(&world, "pod-a", o).await;
+    publish(&world, &["W1".into()], Priority::Normal, 60);
+    all_in(&world, &["W1".into()], S::Sent, ms(5000)).await;
+    eventually("a turn that finds nothing, then another in flight", ms(10_000), || {
+        last_outcome(&tree, "sender/cpm/1").contains("empty") && state_of(&tree, "sender/cpm/1") == "sending"
+    })
+    .await;
+    let published = Instant::now();
+    publish(&world, &["W2".into()], Priority::Normal, 60);
+    all_in(&world, &["W2".into()], S::Sent, ms(2000)).await;
+    assert!(published.elapsed() < ms(1500), "served by the turn right after, not after idle_poll");
+    assert_sim_clean(&world, 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_standby_sender_refused_a_lease_does_not_acquire_more_often_than_acquire_interval() {
+    // One send slot, two senders: one holds it, the other is refused.
+    let world = world(1, |_| {});
+    let tree = start_pod(&world, "pod-a", outbound_config(2)).await;
+    publish(&world, &ids("A", 5), Priority::Normal, 60);
+    all_in(&world, &ids("A", 5), S::Sent, ms(5000)).await;
+    let acquires = || world.leases.audit().acquires.get(&Pool::Send(CPM)).copied().unwrap_or(0);
+    let before = acquires();
+    // An insert every 20 ms for 3 s: 150 wakes of both senders.
+    let all = ids("H", 150);
+    for id in &all {
+        publish(&world, std::slice::from_ref(id), Priority::Normal, 60);
+        tokio::time::sleep(ms(20)).await;
+    }
+    let calls = acquires() - before;
+    // acquire_interval 300 ms, jittered down to 150 ms at worst: ≤ 20 in 3 s.
+    assert!(calls <= 22, "{calls} acquire calls in 3 s");
+    all_in(&world, &all, S::Sent, ms(5000)).await;
+    assert_sim_clean(&world, 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_does_not_wait_for_its_result_events_to_be_published() {
+    let world = world(1, |s| s.outbound.send.latency = ms(200));
+    world.results.set_latency(ms(200));
+    let tree = start_pod(&world, "pod-a", one_per_post(outbound_config(1))).await;
+    publish(&world, &["P0".into()], Priority::Normal, 60);
+    all_in(&world, &["P0".into()], S::Sent, ms(5000)).await;
+    let all = ids("P", 10);
+    let started = Instant::now();
+    publish(&world, &all, Priority::Normal, 60);
+    all_in(&world, &all, S::Sent, ms(10_000)).await;
+    // One POST after another (200 ms each), each publish overlapping the next POST: not 10 × 400 ms.
+    assert!(started.elapsed() < ms(3000), "took {:?}", started.elapsed());
+    eventually("every Sent event published", ms(2000), || {
+        all.iter().all(|id| world.results.statuses(id).contains(&ResultStatus::Sent))
+    })
+    .await;
+    assert_sim_clean(&world, 1);
+    tree.shutdown().await;
+}
