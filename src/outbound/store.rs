@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use cabine_actors::ports::outbound::{
     Batch, BatchSize, ClaimToken, ConfirmOutcome, ConfirmRef, Inserted, InvalidOutbound, NewOutbound, OutboundDetail,
-    OutboundError, OutboundStatus, OutboundStore, Page, QueueDepth, Recorded, Reprocessed, SendResult,
-    SpiVerdict,
+    OutboundError, OutboundStatus, OutboundStore, Page, QueueDepth, Recorded, Reprocessed, SendResult, SpiVerdict,
 };
 use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultEvent};
 use deadpool_postgres::{GenericClient, Pool};

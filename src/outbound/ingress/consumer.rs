@@ -58,7 +58,12 @@ pub async fn pull_batch(
 }
 
 /// Reads one pull request's messages into `pulled`; an error is one only while `pulled` is empty.
-async fn take<F, E>(request: F, wait: Duration, rules: &IngressRules, pulled: &mut Vec<Pulled>) -> Result<(), IngressError>
+async fn take<F, E>(
+    request: F,
+    wait: Duration,
+    rules: &IngressRules,
+    pulled: &mut Vec<Pulled>,
+) -> Result<(), IngressError>
 where
     F: std::future::Future<Output = Result<Batch, E>>,
     E: std::fmt::Display,

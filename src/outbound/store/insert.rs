@@ -106,7 +106,8 @@ impl<'a> Candidate<'a> {
     /// The stored row it ran into: by MsgId, else by ingress ref.
     fn conflict<'r>(&self, stored: &'r [(OutboundRow, Vec<u8>)]) -> Option<&'r (OutboundRow, Vec<u8>)> {
         let by_msg_id = self.msg_id.and_then(|m| stored.iter().find(|(r, _)| r.msg_id.as_deref() == Some(m)));
-        by_msg_id.or_else(|| self.ingress_ref.and_then(|i| stored.iter().find(|(r, _)| r.ingress_ref.as_deref() == Some(i))))
+        by_msg_id
+            .or_else(|| self.ingress_ref.and_then(|i| stored.iter().find(|(r, _)| r.ingress_ref.as_deref() == Some(i))))
     }
 }
 
@@ -147,7 +148,10 @@ impl PgOutboundStore {
     }
 
     /// The stored rows (with their bodies) the conflicting candidates ran into.
-    async fn conflicting_rows(&self, candidates: &[Candidate<'_>]) -> Result<Vec<(OutboundRow, Vec<u8>)>, OutboundError> {
+    async fn conflicting_rows(
+        &self,
+        candidates: &[Candidate<'_>],
+    ) -> Result<Vec<(OutboundRow, Vec<u8>)>, OutboundError> {
         let msg_ids: Vec<&str> = candidates.iter().filter_map(|c| c.msg_id).collect();
         let refs: Vec<&str> = candidates.iter().filter_map(|c| c.ingress_ref).collect();
         let sql = format!(
@@ -171,8 +175,9 @@ fn duplicate_of(c: &Candidate, stored: &[(OutboundRow, Vec<u8>)]) -> Result<Inse
         return Err(OutboundError::Fatal("conflict on a row without a key".into()));
     }
     let key = c.msg_id.or(c.ingress_ref).unwrap_or_default();
-    let (row, raw) =
-        c.conflict(stored).ok_or_else(|| OutboundError::Unavailable(format!("conflict on {key:?} but no row: retry")))?;
+    let (row, raw) = c
+        .conflict(stored)
+        .ok_or_else(|| OutboundError::Unavailable(format!("conflict on {key:?} but no row: retry")))?;
     let same_body = raw.as_slice() == c.raw;
     if !same_body {
         tracing::warn!(key, "a different body arrived under a stored key: refused as a duplicate");

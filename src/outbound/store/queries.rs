@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use cabine_actors::ports::outbound::{
-    BatchSize, ClaimToken, DepthLine, OutboundDetail, OutboundError, OutboundRow, OutboundStatus, Page,
-    Priority, QueueDepth, ReadyMessage,
+    BatchSize, ClaimToken, DepthLine, OutboundDetail, OutboundError, OutboundRow, OutboundStatus, Page, Priority,
+    QueueDepth, ReadyMessage,
 };
 use cabine_actors::ports::outbound_bus::ResultEvent;
 
