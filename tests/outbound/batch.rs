@@ -21,11 +21,17 @@ fn unreadable(ingress_ref: Option<&str>) -> InvalidOutbound {
     }
 }
 
-/// `(new event status and key, or duplicate: stored status and same body)` of each answer.
-fn outcome(i: &Inserted) -> (Option<(ResultStatus, String)>, Option<(OutboundStatus, bool)>) {
+/// An answer as compared: a new row's event (status, dedup id), or the stored row's status and same body.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    New(ResultStatus, String),
+    Duplicate(OutboundStatus, bool),
+}
+
+fn outcome(i: &Inserted) -> Outcome {
     match i {
-        Inserted::New { event } => (Some((event.status, event.dedup_id())), None),
-        Inserted::Duplicate { row, same_body } => (None, Some((row.status, *same_body))),
+        Inserted::New { event } => Outcome::New(event.status, event.dedup_id()),
+        Inserted::Duplicate { row, same_body } => Outcome::Duplicate(row.status, *same_body),
     }
 }
 
@@ -57,16 +63,16 @@ async fn a_batch_with_duplicates_and_an_unreadable_request_is_answered_in_order(
     ];
     let answers = rig.store.insert_batch(&requests).await.unwrap();
     let outcomes: Vec<_> = answers.iter().map(outcome).collect();
-    let queued = Some((OutboundStatus::Queued, true));
+    let queued = Outcome::Duplicate(OutboundStatus::Queued, true);
     assert_eq!(
         outcomes[..6],
         [
-            (Some((ResultStatus::Accepted, format!("{}:accepted:0", fresh.msg_id))), None),
-            (None, queued),
-            (Some((ResultStatus::RejectedInvalid, "OUT:1:13:rejected_invalid:0".into())), None),
-            (None, Some((OutboundStatus::Queued, false))),
-            (None, queued),
-            (Some((ResultStatus::Accepted, format!("{}:accepted:0", two_e2e.msg_id))), None),
+            Outcome::New(ResultStatus::Accepted, format!("{}:accepted:0", fresh.msg_id)),
+            queued,
+            Outcome::New(ResultStatus::RejectedInvalid, "OUT:1:13:rejected_invalid:0".into()),
+            Outcome::Duplicate(OutboundStatus::Queued, false),
+            Outcome::Duplicate(OutboundStatus::Queued, true),
+            Outcome::New(ResultStatus::Accepted, format!("{}:accepted:0", two_e2e.msg_id)),
         ]
     );
     assert!(
