@@ -9,17 +9,17 @@ use std::time::Duration;
 
 use cabine_actors::ports::outbound::{
     Batch, BatchSize, ClaimToken, ConfirmOutcome, ConfirmRef, Inserted, InvalidOutbound, NewOutbound, OutboundDetail,
-    OutboundError, OutboundStatus, OutboundStore, Page, Priority, QueueDepth, Recorded, Reprocessed, SendResult,
-    SpiVerdict,
+    OutboundError, OutboundStatus, OutboundStore, Page, QueueDepth, Recorded, Reprocessed, SendResult, SpiVerdict,
 };
-use cabine_actors::ports::outbound_bus::ResultEvent;
+use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultEvent};
 use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::types::ToSql;
 
 use super::rows::{pg_error, pool_error};
-use super::transition::{CHANGE_COLUMNS, Change, transition_sql};
+use super::transition::{Change, transition_sql};
 use crate::config::{ChannelId, Ispb, Settings};
 
+mod insert;
 mod queries;
 mod record;
 
@@ -53,20 +53,6 @@ pub struct PgOutboundStore {
     policy: OutboundPolicy,
 }
 
-/// Inserts a row and its first history line (`$12`: the event); nothing on a conflict.
-const INSERT_SQL: &str = "WITH c AS (
-        INSERT INTO outbound (ispb, msg_id, ingress_ref, msg_type, channel, priority, deadline, status,
-                              end_to_end_ids, last_error, raw)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-        ON CONFLICT DO NOTHING
-        RETURNING id, msg_id, ingress_ref, channel, status, attempts, resource_ids, last_error
-    ),
-    h AS (
-        INSERT INTO outbound_history (outbound_id, from_status, to_status, attempt, event, detail)
-        SELECT id, NULL, status, attempts, $12, last_error FROM c
-        RETURNING id, outbound_id, event, at, detail
-    )";
-
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -85,20 +71,9 @@ impl PgOutboundStore {
         run_changes(&self.client().await?, sql, params).await
     }
 
-    /// Inserts (valid or invalid); on a conflict, the existing row found by `key`.
-    async fn insert_row(
-        &self,
-        p: &[&(dyn ToSql + Sync)],
-        key: Option<(&'static str, &str)>,
-        raw: &[u8],
-    ) -> Result<Inserted, OutboundError> {
-        let sql = format!("{INSERT_SQL} SELECT {CHANGE_COLUMNS} FROM h JOIN c ON c.id = h.outbound_id");
-        if let Some(change) = self.changes(&sql, p).await?.pop() {
-            let event = change.event.ok_or_else(|| OutboundError::Fatal("an insert without its event".into()))?;
-            return Ok(Inserted::New { row: self.row_by_id(change.row_id).await?, event });
-        }
-        let (column, value) = key.ok_or_else(|| OutboundError::Fatal("conflict on a row without a key".into()))?;
-        self.duplicate(column, value, raw).await
+    async fn store_one(&self, request: OutboundRequest) -> Result<Inserted, OutboundError> {
+        let mut stored = self.store_requests(std::slice::from_ref(&request)).await?;
+        stored.pop().ok_or_else(|| OutboundError::Fatal("an insert without its answer".into()))
     }
 
     fn poison(&self) -> i32 {
@@ -109,54 +84,15 @@ impl PgOutboundStore {
 #[async_trait::async_trait]
 impl OutboundStore for PgOutboundStore {
     async fn insert(&self, m: &NewOutbound) -> Result<Inserted, OutboundError> {
-        let (channel, rank) = (m.channel.as_str(), m.priority.rank());
-        let (status, event, no_error) = ("queued", "accepted", None::<&str>);
-        let raw: &[u8] = &m.raw;
-        let p: [&(dyn ToSql + Sync); 12] = [
-            &self.ispb,
-            &m.msg_id,
-            &m.ingress_ref,
-            &m.msg_type,
-            &channel,
-            &rank,
-            &m.deadline,
-            &status,
-            &m.end_to_end_ids,
-            &no_error,
-            &raw,
-            &event,
-        ];
-        let inserted = self.insert_row(&p, Some(("msg_id", &m.msg_id)), raw).await?;
-        count_insert(&inserted);
-        Ok(inserted)
+        self.store_one(OutboundRequest::Valid(m.clone())).await
     }
 
     async fn insert_invalid(&self, m: &InvalidOutbound) -> Result<Inserted, OutboundError> {
-        let channel = m.channel.map(ChannelId::as_str);
-        let (rank, now) = (Priority::Normal.rank(), std::time::SystemTime::now());
-        let (status, event, no_ids) = ("rejected_invalid", "rejected_invalid", Vec::<String>::new());
-        let reason = match &m.claimed_msg_id {
-            Some(id) => format!("{} (MsgId read: {id})", m.reason),
-            None => m.reason.clone(),
-        };
-        let raw: &[u8] = &m.raw;
-        let no_msg_id = None::<&str>;
-        let p: [&(dyn ToSql + Sync); 12] = [
-            &self.ispb,
-            &no_msg_id,
-            &m.ingress_ref,
-            &no_msg_id,
-            &channel,
-            &rank,
-            &now,
-            &status,
-            &no_ids,
-            &reason,
-            &raw,
-            &event,
-        ];
-        metrics::counter!("cabine_outbound_invalid_total").increment(1);
-        self.insert_row(&p, m.ingress_ref.as_deref().map(|r| ("ingress_ref", r)), raw).await
+        self.store_one(OutboundRequest::Invalid(m.clone())).await
+    }
+
+    async fn insert_batch(&self, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, OutboundError> {
+        self.store_requests(requests).await
     }
 
     /// The expiry and the claim run side by side (two connections, one round
@@ -265,12 +201,4 @@ fn retry_status(poison: &str) -> String {
         "status = CASE WHEN attempts + 1 - attempts_base >= {poison}::int THEN 'dead' \
          WHEN deadline <= now() THEN 'timeout' ELSE 'queued' END"
     )
-}
-
-fn count_insert(inserted: &Inserted) {
-    let outcome = match inserted {
-        Inserted::New { .. } => "accepted",
-        Inserted::Duplicate { .. } => "duplicate",
-    };
-    metrics::counter!("cabine_outbound_inserts_total", "outcome" => outcome).increment(1);
 }

@@ -17,7 +17,7 @@ const EVENT_OF: &str = "CASE \
 
 /// The columns every transition (and the insert) returns, in [`Change::from_row`]'s order.
 pub(super) const CHANGE_COLUMNS: &str =
-    "h.id, h.event, h.at, c.msg_id, c.ingress_ref, c.channel, c.status, c.attempts, c.resource_ids, h.detail, c.id";
+    "h.id, h.event, h.at, c.msg_id, c.ingress_ref, c.channel, c.status, c.attempts, c.resource_ids, h.detail";
 
 /// `pick` must lock its rows (`FOR UPDATE [SKIP LOCKED]`) and select `id, from_status, note`.
 pub(super) fn transition_sql(pick: &str, set: &str) -> String {
@@ -40,8 +40,6 @@ pub(super) fn transition_sql(pick: &str, set: &str) -> String {
 /// One changed row, as the statement returned it.
 #[derive(Debug)]
 pub(super) struct Change {
-    /// The outbound row's id.
-    pub row_id: i64,
     pub msg_id: Option<String>,
     pub event: Option<ResultEvent>,
 }
@@ -63,7 +61,6 @@ impl Change {
                 detail: r.try_get(9).map_err(|e| e.to_string())?,
             }),
         };
-        let row_id = r.try_get(10).map_err(|e| e.to_string())?;
-        Ok(Change { row_id, msg_id, event })
+        Ok(Change { msg_id, event })
     }
 }

@@ -270,3 +270,40 @@ async fn the_sweep_leaves_fresh_events_to_their_publisher() {
     bus.delete_streams().await;
     rig.drop_schema().await;
 }
+
+#[tokio::test]
+async fn a_pull_hands_over_what_is_there_at_once_and_waits_only_when_nothing_is() {
+    let bus = Bus::new(None).await;
+    let consumer =
+        ensure_consumer(&bus.js, &bus.s.nats.outbound_stream, &bus.s.outbound.consumer, Duration::from_secs(30), 100)
+            .await
+            .unwrap();
+    let rules = IngressRules::from_settings(&bus.s);
+    let wait = Duration::from_secs(5);
+    for n in 0..3 {
+        bus.publish(&[], body_of(n)).await;
+    }
+    let started = tokio::time::Instant::now();
+    let pulled = pull_batch(&consumer, 100, wait, &rules).await.unwrap();
+    assert_eq!(pulled.len(), 3);
+    assert!(started.elapsed() < Duration::from_secs(1), "3 of 100 without waiting: {:?}", started.elapsed());
+    let started = tokio::time::Instant::now();
+    assert!(pull_batch(&consumer, 100, Duration::from_millis(300), &rules).await.unwrap().is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(250), "an empty queue waits: {:?}", started.elapsed());
+    // Nothing outstanding on the server swallows what comes next (ack_wait is 30 s).
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        bus.publish(&[], body_of(10)).await;
+        bus.publish(&[], body_of(11)).await;
+    };
+    let started = tokio::time::Instant::now();
+    let (pulled, ()) = tokio::join!(pull_batch(&consumer, 100, wait, &rules), late);
+    let pulled = pulled.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "the first arrival ends the wait: {:?}", started.elapsed());
+    let mut got = pulled.len();
+    if got < 2 {
+        got += pull_batch(&consumer, 100, Duration::from_millis(500), &rules).await.unwrap().len();
+    }
+    assert_eq!(got, 2, "both late requests are delivered at once, none held by a stale pull");
+    bus.delete_streams().await;
+}

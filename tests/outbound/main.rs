@@ -3,6 +3,7 @@
 //! breaker, and the NATS ingress and result events. Each test isolates itself (schema, key
 //! prefix, subjects and streams of its own) and cleans up.
 
+mod batch;
 mod breaker;
 mod bucket;
 mod bus;

@@ -1,9 +1,10 @@
 //! One intake round of the dispatcher, run in a spawned task: pull up to
-//! `pull_batch` requests from the shared consumer, store each (a valid one
-//! once per MsgId, an unreadable one as `rejected_invalid`), acknowledge it
-//! only once stored, then publish the result events the store returned. A
-//! store failure leaves the rest unacknowledged: the bus redelivers them and
-//! the MsgId makes a second insert a duplicate, never a second send.
+//! `pull_batch` requests from the shared consumer, store them in one batch (a
+//! valid one once per MsgId, an unreadable one as `rejected_invalid`),
+//! acknowledge them only once that batch is stored, then publish the result
+//! events the store returned. A store failure leaves them all unacknowledged:
+//! the bus redelivers them and the MsgId makes a second insert a duplicate,
+//! never a second send.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -11,7 +12,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use crate::metrics;
 use crate::outbound::{OutboundConfig, OutboundPorts, OutboundSignal};
 use crate::ports::outbound::{Inserted, OutboundError};
-use crate::ports::outbound_bus::{IngressError, OutboundRequest, Pulled};
+use crate::ports::outbound_bus::{IngressAck, IngressError, OutboundRequest, Pulled};
 
 /// `stage` values: waiting on the bus (a drain may abort it: nothing was taken)...
 pub const PULLING: u8 = 0;
@@ -56,37 +57,28 @@ pub async fn run(
     let storing = tokio::time::Instant::now();
     report.pulled = pulled.len();
     metrics::intake("pulled", pulled.len());
+    let (requests, acks): (Vec<OutboundRequest>, Vec<_>) =
+        pulled.into_iter().map(|Pulled { request, ack }| (request, ack)).unzip();
     let mut events = Vec::new();
-    for Pulled { request, ack } in pulled {
-        let stored = match &request {
-            OutboundRequest::Valid(m) => ports.store.insert(m).await,
-            OutboundRequest::Invalid(m) => ports.store.insert_invalid(m).await,
-        };
-        match stored {
-            Ok(Inserted::New { event, .. }) => {
-                events.push(event);
-                match &request {
-                    OutboundRequest::Valid(m) => {
+    match store(&ports, &requests).await {
+        Ok(stored) => {
+            for (request, inserted) in requests.iter().zip(stored) {
+                match (request, inserted) {
+                    (OutboundRequest::Valid(m), Inserted::New { event }) => {
                         report.inserted += 1;
                         signal.work(m.channel);
+                        events.push(event);
                     }
-                    OutboundRequest::Invalid(_) => report.invalid += 1,
+                    (OutboundRequest::Invalid(_), Inserted::New { event }) => {
+                        report.invalid += 1;
+                        events.push(event);
+                    }
+                    (_, Inserted::Duplicate { .. }) => report.duplicates += 1,
                 }
             }
-            Ok(Inserted::Duplicate { .. }) => report.duplicates += 1,
-            Err(OutboundError::Unavailable(e)) => {
-                report.end = IntakeEnd::Unavailable(format!("storing a request: {e}"));
-                break;
-            }
-            Err(OutboundError::Fatal(e)) => {
-                report.end = IntakeEnd::Fatal(format!("storing a request: {e}"));
-                break;
-            }
+            report.ack_failures = acknowledge(acks).await;
         }
-        if let Err(e) = ack.ack().await {
-            tracing::warn!(error = %e, "stored request not acknowledged: the bus redelivers it (a duplicate then)");
-            report.ack_failures += 1;
-        }
+        Err(end) => report.end = end,
     }
     metrics::intake_step("store", storing.elapsed());
     metrics::intake("inserted", report.inserted);
@@ -99,4 +91,29 @@ pub async fn run(
         tracing::warn!(error = %e, "result events left for the janitor's sweep");
     }
     report
+}
+
+/// One statement for the whole batch; an error leaves every request unacknowledged.
+async fn store(ports: &OutboundPorts, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, IntakeEnd> {
+    if requests.is_empty() {
+        return Ok(Vec::new());
+    }
+    match ports.store.insert_batch(requests).await {
+        Ok(stored) if stored.len() == requests.len() => Ok(stored),
+        Ok(stored) => Err(IntakeEnd::Fatal(format!("{} answers to {} requests", stored.len(), requests.len()))),
+        Err(OutboundError::Unavailable(e)) => Err(IntakeEnd::Unavailable(format!("storing requests: {e}"))),
+        Err(OutboundError::Fatal(e)) => Err(IntakeEnd::Fatal(format!("storing requests: {e}"))),
+    }
+}
+
+/// Acknowledges stored requests; returns how many failed (the bus redelivers them: duplicates then).
+async fn acknowledge(acks: Vec<Box<dyn IngressAck>>) -> usize {
+    let mut failures = 0;
+    for ack in acks {
+        if let Err(e) = ack.ack().await {
+            tracing::warn!(error = %e, "stored request not acknowledged: the bus redelivers it (a duplicate then)");
+            failures += 1;
+        }
+    }
+    failures
 }

@@ -1,11 +1,12 @@
 //! The durable pull consumer shared by every pod on the outbound work-queue
-//! stream: pull a bounded batch, parse each request, and hand back the
+//! stream: pull what is there (waiting only when nothing is), parse each request, and hand back the
 //! acknowledgement, to be sent only once the request is stored.
 
 use std::time::{Duration, SystemTime};
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::consumer::{AckPolicy, PullConsumer, pull};
+use async_nats::jetstream::consumer::pull::{self, Batch};
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, Message, message::Acker};
 use cabine_actors::ports::outbound_bus::{IngressAck, IngressError, OutboundIngress, Pulled};
 use futures::StreamExt;
@@ -32,32 +33,64 @@ pub async fn ensure_consumer(
     stream.get_or_create_consumer(name, config).await.map_err(|e| IngressError::Fatal(format!("consumer {name}: {e}")))
 }
 
-/// Up to `max` requests, waiting at most `wait`; an error after the first
-/// message ends the batch early (the rest is redelivered after `ack_wait`).
+/// Up to `max` requests: what is there now, at once; only when nothing is,
+/// waits at most `wait` for one, then takes what arrived with it. Every pull
+/// request ends on the server when it returns (a no-wait fetch, or a pull of
+/// one that got its message or expired), so none is left to swallow messages.
+/// An error after the first message ends the batch early (the rest is
+/// redelivered after `ack_wait`).
 pub async fn pull_batch(
     consumer: &PullConsumer,
     max: usize,
     wait: Duration,
     rules: &IngressRules,
 ) -> Result<Vec<Pulled>, IngressError> {
-    let unavailable = |e: &dyn std::fmt::Display| IngressError::Unavailable(e.to_string());
-    let bounded = wait + Duration::from_secs(2);
-    let fetch = consumer.batch().max_messages(max).expires(wait).messages();
-    let mut batch =
-        tokio::time::timeout(bounded, fetch).await.map_err(|e| unavailable(&e))?.map_err(|e| unavailable(&e))?;
     let mut pulled = Vec::new();
-    while let Ok(Some(next)) = tokio::time::timeout(bounded, batch.next()).await {
-        match next {
-            Ok(message) => pulled.push(parse(message, rules)),
-            Err(e) if pulled.is_empty() => return Err(unavailable(&e)),
-            Err(e) => {
-                tracing::warn!(error = %e, "outbound pull ended early");
-                break;
-            }
+    take(consumer.fetch().max_messages(max).messages(), wait, rules, &mut pulled).await?;
+    if pulled.is_empty() {
+        take(consumer.batch().max_messages(1).expires(wait).messages(), wait, rules, &mut pulled).await?;
+        if pulled.len() == 1 && max > 1 {
+            take(consumer.fetch().max_messages(max - 1).messages(), wait, rules, &mut pulled).await?;
         }
     }
     metrics::counter!("cabine_outbound_pulled_total").increment(pulled.len() as u64);
     Ok(pulled)
+}
+
+/// Reads one pull request's messages into `pulled`; an error is one only while `pulled` is empty.
+async fn take<F, E>(
+    request: F,
+    wait: Duration,
+    rules: &IngressRules,
+    pulled: &mut Vec<Pulled>,
+) -> Result<(), IngressError>
+where
+    F: std::future::Future<Output = Result<Batch, E>>,
+    E: std::fmt::Display,
+{
+    let bounded = wait + Duration::from_secs(2);
+    let batch = match tokio::time::timeout(bounded, request).await {
+        Ok(Ok(batch)) => batch,
+        Ok(Err(e)) => return ended(pulled, &e),
+        Err(e) => return ended(pulled, &e),
+    };
+    let mut batch = std::pin::pin!(batch);
+    while let Ok(Some(next)) = tokio::time::timeout(bounded, batch.next()).await {
+        match next {
+            Ok(message) => pulled.push(parse(message, rules)),
+            Err(e) => return ended(pulled, &e),
+        }
+    }
+    Ok(())
+}
+
+/// A pull that failed: unavailable if nothing was taken yet, else the batch just ends early.
+fn ended(pulled: &[Pulled], e: &dyn std::fmt::Display) -> Result<(), IngressError> {
+    if pulled.is_empty() {
+        return Err(IngressError::Unavailable(e.to_string()));
+    }
+    tracing::warn!(error = %e, "outbound pull ended early");
+    Ok(())
 }
 
 fn parse(message: Message, rules: &IngressRules) -> Pulled {

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use cabine_actors::ports::outbound::{
-    BatchSize, ClaimToken, DepthLine, Inserted, OutboundDetail, OutboundError, OutboundRow, OutboundStatus, Page,
-    Priority, QueueDepth, ReadyMessage,
+    BatchSize, ClaimToken, DepthLine, OutboundDetail, OutboundError, OutboundRow, OutboundStatus, Page, Priority,
+    QueueDepth, ReadyMessage,
 };
 use cabine_actors::ports::outbound_bus::ResultEvent;
 
@@ -83,32 +83,6 @@ impl PgOutboundStore {
         let client = self.client().await?;
         let row = client.query_opt(&sql, &[&value]).await.map_err(|e| pg_error(&e))?;
         row.as_ref().map(outbound_row).transpose()
-    }
-
-    pub(super) async fn row_by_id(&self, id: i64) -> Result<OutboundRow, OutboundError> {
-        let sql = format!("SELECT {ROW_COLUMNS} FROM outbound WHERE id = $1");
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&sql).await.map_err(|e| pg_error(&e))?;
-        let row = client.query_one(&stmt, &[&id]).await.map_err(|e| pg_error(&e))?;
-        outbound_row(&row)
-    }
-
-    /// The row a conflicting insert ran into, and whether it carries the same body.
-    pub(super) async fn duplicate(&self, column: &str, value: &str, raw: &[u8]) -> Result<Inserted, OutboundError> {
-        let row = self
-            .row_where(column, value)
-            .await?
-            .ok_or_else(|| OutboundError::Unavailable(format!("conflict on {column} {value:?} but no row: retry")))?;
-        let client = self.client().await?;
-        let same: bool = client
-            .query_one("SELECT raw = $2 FROM outbound WHERE id = $1", &[&row.id, &raw])
-            .await
-            .map_err(|e| pg_error(&e))?
-            .get(0);
-        if !same {
-            tracing::warn!(%column, %value, "a different body arrived under a stored key: refused as a duplicate");
-        }
-        Ok(Inserted::Duplicate { row, same_body: same })
     }
 
     pub(super) async fn detail(&self, msg_id: &str) -> Result<Option<OutboundDetail>, OutboundError> {

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use crate::domain::ChannelId;
-use crate::ports::outbound_bus::{ResultEvent, ResultStatus};
+use crate::ports::outbound_bus::{OutboundRequest, ResultEvent, ResultStatus};
 
 mod send;
 mod values;
@@ -122,7 +122,7 @@ pub struct Batch {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Inserted {
     /// Stored now; `event` is `accepted` (or `rejected_invalid`).
-    New { row: OutboundRow, event: ResultEvent },
+    New { event: ResultEvent },
     /// The MsgId (or ingress ref) is already stored: nothing new, the existing state.
     Duplicate { row: OutboundRow, same_body: bool },
 }
@@ -229,6 +229,10 @@ pub trait OutboundStore: Send + Sync + 'static {
     async fn insert(&self, msg: &NewOutbound) -> Result<Inserted, OutboundError>;
     /// Keeps an unreadable request as `rejected_invalid` (once per ingress ref).
     async fn insert_invalid(&self, msg: &InvalidOutbound) -> Result<Inserted, OutboundError>;
+    /// Stores a pulled batch at once, each request as `insert` or `insert_invalid`
+    /// would; the answers come in the requests' order, all committed. On an
+    /// error some may be stored: acknowledge none, a redelivery is a duplicate.
+    async fn insert_batch(&self, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, OutboundError>;
     /// Expires this channel's overdue queued rows and claims up to `max` ready
     /// rows (priority, deadline; `FOR UPDATE SKIP LOCKED`) as `sending`; the two
     /// may run concurrently (disjoint rows), and a failed expiry may be left to

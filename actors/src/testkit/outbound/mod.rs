@@ -24,7 +24,7 @@ use crate::ports::outbound::{
     OutboundError, OutboundStatus, OutboundStore, Page, Priority, QueueDepth, Recorded, Reprocessed, SendResult,
     SpiVerdict,
 };
-use crate::ports::outbound_bus::ResultEvent;
+use crate::ports::outbound_bus::{OutboundRequest, ResultEvent};
 use crate::slot::schedule::WallClock;
 
 /// The adapter's policy (`[timing]` and `[outbound]` in the real one).
@@ -173,13 +173,44 @@ impl FakeOutboundStore {
         t.rows.push(row);
         t.audit.inserts += 1;
         let event = t.log(idx, None, now, None).expect("an insert is an event");
-        Inserted::New { row: t.rows[idx].view(), event }
+        Inserted::New { event }
     }
 
     fn duplicate(t: &mut Table, idx: usize, raw: &[u8]) -> Inserted {
         t.audit.duplicates += 1;
         let row = &t.rows[idx];
         Inserted::Duplicate { row: row.view(), same_body: row.raw.as_ref() == raw }
+    }
+
+    fn insert_valid(&self, t: &mut Table, msg: &NewOutbound) -> Inserted {
+        let existing = t.by_msg_id.get(&msg.msg_id).or_else(|| msg.ingress_ref.as_ref().and_then(|r| t.by_ref.get(r)));
+        if let Some(idx) = existing.copied() {
+            return Self::duplicate(t, idx, &msg.raw);
+        }
+        let row = self.new_row(t.rows.len() as i64 + 1, msg);
+        self.insert_row(t, row)
+    }
+
+    fn insert_unreadable(&self, t: &mut Table, msg: &InvalidOutbound) -> Inserted {
+        if let Some(idx) = msg.ingress_ref.as_ref().and_then(|r| t.by_ref.get(r)).copied() {
+            return Self::duplicate(t, idx, &msg.raw);
+        }
+        let now = self.now();
+        let placeholder = NewOutbound {
+            msg_id: String::new(),
+            msg_type: String::new(),
+            channel: msg.channel.unwrap_or(ChannelId::Cpm),
+            priority: Priority::Normal,
+            deadline: now,
+            end_to_end_ids: Vec::new(),
+            ingress_ref: msg.ingress_ref.clone(),
+            raw: msg.raw.clone(),
+        };
+        let mut row = self.new_row(t.rows.len() as i64 + 1, &placeholder);
+        (row.msg_id, row.msg_type, row.channel) = (None, None, msg.channel);
+        row.status = OutboundStatus::RejectedInvalid;
+        row.last_error = Some(msg.reason.clone());
+        self.insert_row(t, row)
     }
 
     /// Queued rows past their deadline (of `channel`, or all) → `timeout`.
@@ -234,35 +265,23 @@ impl FakeOutboundStore {
 impl OutboundStore for FakeOutboundStore {
     async fn insert(&self, msg: &NewOutbound) -> Result<Inserted, OutboundError> {
         let mut t = self.open()?;
-        let existing = t.by_msg_id.get(&msg.msg_id).or_else(|| msg.ingress_ref.as_ref().and_then(|r| t.by_ref.get(r)));
-        if let Some(idx) = existing.copied() {
-            return Ok(Self::duplicate(&mut t, idx, &msg.raw));
-        }
-        let row = self.new_row(t.rows.len() as i64 + 1, msg);
-        Ok(self.insert_row(&mut t, row))
+        Ok(self.insert_valid(&mut t, msg))
     }
 
     async fn insert_invalid(&self, msg: &InvalidOutbound) -> Result<Inserted, OutboundError> {
         let mut t = self.open()?;
-        if let Some(idx) = msg.ingress_ref.as_ref().and_then(|r| t.by_ref.get(r)).copied() {
-            return Ok(Self::duplicate(&mut t, idx, &msg.raw));
-        }
-        let now = self.now();
-        let placeholder = NewOutbound {
-            msg_id: String::new(),
-            msg_type: String::new(),
-            channel: msg.channel.unwrap_or(ChannelId::Cpm),
-            priority: Priority::Normal,
-            deadline: now,
-            end_to_end_ids: Vec::new(),
-            ingress_ref: msg.ingress_ref.clone(),
-            raw: msg.raw.clone(),
-        };
-        let mut row = self.new_row(t.rows.len() as i64 + 1, &placeholder);
-        (row.msg_id, row.msg_type, row.channel) = (None, None, msg.channel);
-        row.status = OutboundStatus::RejectedInvalid;
-        row.last_error = Some(msg.reason.clone());
-        Ok(self.insert_row(&mut t, row))
+        Ok(self.insert_unreadable(&mut t, msg))
+    }
+
+    async fn insert_batch(&self, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, OutboundError> {
+        let mut t = self.open()?;
+        Ok(requests
+            .iter()
+            .map(|r| match r {
+                OutboundRequest::Valid(m) => self.insert_valid(&mut t, m),
+                OutboundRequest::Invalid(m) => self.insert_unreadable(&mut t, m),
+            })
+            .collect())
     }
 
     async fn take_ready(&self, channel: ChannelId, max: BatchSize) -> Result<Batch, OutboundError> {
