@@ -127,6 +127,8 @@ async fn report(
     print_legs(legs);
     let audit = c.sim.control.audit("cpm").await?;
     let sim = |k: &str| audit[k].as_u64().unwrap_or(0);
+    let causes = ["rejected_streams", "rejected_in_flight", "rejected_rate", "fault_429"].map(|k| (k, sim(k)));
+    eprintln!("sim 429 causes {}", serde_json::json!(causes.into_iter().collect::<HashMap<_, _>>()));
     let mine: Vec<&Fate> = ids.iter().filter_map(|id| all.get(*id)).collect();
     let status = |s: &[&str]| mine.iter().filter(|f| s.contains(&f.status.as_str())).count();
     let ms = |l: &Latency, q: f64| l.quantile_us(q) as f64 / 1000.0;

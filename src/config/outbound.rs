@@ -83,6 +83,10 @@ pub struct BucketSettings {
     /// Local `HH:MM` window of the night schedule (`night_*` keys), `from` included, `until` excluded.
     pub night_from: String,
     pub night_until: String,
+    /// A draw leaves this much refill in hand: the margin for POSTs that reach the
+    /// SPI after their draw (the SPI's full bucket loses refill meanwhile).
+    #[serde(with = "humantime_serde")]
+    pub reserve: Duration,
     pub cost_pacs008_milli: u64,
     pub cost_pacs002_milli: u64,
     pub cost_other_milli: u64,
@@ -274,9 +278,16 @@ fn check_bucket(s: &Settings) -> Result<(), ConfigError> {
                 return fail(&key(k), "must be greater than zero");
             }
         }
-        for (k, v) in [("capacity", c.capacity), ("night_capacity", c.night_capacity)] {
-            if v * 1000 < batch_cost {
-                return fail(&key(k), format!("must hold a whole batch ({batch_cost} milli-tokens)"));
+        let reserve_ms = u64::try_from(b.reserve.as_millis()).unwrap_or(u64::MAX);
+        for (k, cap, refill) in
+            [("capacity", c.capacity, c.refill_per_s), ("night_capacity", c.night_capacity, c.night_refill_per_s)]
+        {
+            let need = batch_cost.saturating_add(refill.saturating_mul(reserve_ms));
+            if cap * 1000 < need {
+                return fail(
+                    &key(k),
+                    format!("must hold a whole batch plus the reserve (outbound.bucket.reserve): {need} milli-tokens"),
+                );
             }
         }
     }

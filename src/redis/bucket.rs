@@ -21,6 +21,8 @@ pub struct RedisBucket {
     clock: ScriptClock,
     schedule: Schedule,
     channels: BTreeMap<ChannelId, BucketChannelSettings>,
+    /// Refill of this long is kept in hand (`outbound.bucket.reserve`).
+    reserve_ms: i64,
     script: GuardScript,
 }
 
@@ -46,6 +48,7 @@ impl RedisBucket {
             clock,
             schedule,
             channels: settings.channels.clone(),
+            reserve_ms: i64::try_from(settings.reserve.as_millis()).unwrap_or(i64::MAX),
             script: GuardScript::new(BUCKET_LUA),
         }
     }
@@ -72,6 +75,7 @@ impl RedisBucket {
             Value::from(i64::from(self.schedule.night_from)),
             Value::from(i64::from(self.schedule.night_until)),
             Value::from(i64::from(self.schedule.utc_offset_minutes)),
+            Value::from(self.reserve_ms),
         ];
         let keys = vec![self.keys.of(channel, "bucket")];
         let r = self.script.run(&self.client, keys, args).await.map_err(|f| match f {

@@ -14,13 +14,18 @@ use rand::{Rng, SeedableRng};
 
 use crate::common::{PrivateRedis, brasilia_ms, clean_redis, keys, redis, settings};
 
+/// Defaults without the reserve: the Central Bank's arithmetic to the milli-token.
+fn exact_settings() -> Settings {
+    settings("bkt", &[("CABINE__OUTBOUND__BUCKET__RESERVE", "0s")])
+}
+
 fn bucket(client: &Client, s: &Settings, clock: ScriptClock) -> RedisBucket {
     RedisBucket::new(client.clone(), keys(s), &s.outbound.bucket, clock)
 }
 
 #[tokio::test]
 async fn refills_lazily_at_the_configured_rate_up_to_capacity() {
-    let s = settings("bkt", &[]);
+    let s = exact_settings();
     let client = redis(&s).await;
     let (clock, now) = ScriptClock::pinned(brasilia_ms(12, 0, 0));
     let b = bucket(&client, &s, clock);
@@ -40,8 +45,27 @@ async fn refills_lazily_at_the_configured_rate_up_to_capacity() {
 }
 
 #[tokio::test]
+async fn a_draw_leaves_the_reserve_in_hand() {
+    // 50 ms at 750 tokens/s: 37.5 tokens stay in the bucket for POSTs still on their way.
+    let s = settings("bkt", &[("CABINE__OUTBOUND__BUCKET__RESERVE", "50ms")]);
+    let client = redis(&s).await;
+    let (clock, now) = ScriptClock::pinned(brasilia_ms(12, 0, 0));
+    let b = bucket(&client, &s, clock);
+    let cpm = ChannelId::Cpm;
+    assert_eq!(b.try_take(cpm, Cost(3_700_000)).await.unwrap(), Draw::Taken { left: 50_000 });
+    // 50 000 − 37 500 in hand: 12.5 tokens may go, 13 may not until 0.5 token more has come (1 ms).
+    assert_eq!(b.try_take(cpm, Cost(13_000)).await.unwrap(), Draw::Wait { retry_after: Duration::from_millis(1) });
+    assert_eq!(b.try_take(cpm, Cost(12_500)).await.unwrap(), Draw::Taken { left: 37_500 });
+    now.fetch_add(2, Ordering::SeqCst);
+    assert_eq!(b.try_take(cpm, Cost(1_000)).await.unwrap(), Draw::Taken { left: 38_000 });
+    let err = b.try_take(cpm, Cost(3_750_000)).await.unwrap_err();
+    assert!(matches!(err, BucketError::TooCostly { .. }), "more than capacity − reserve is never possible: {err:?}");
+    clean_redis(&client, &s).await;
+}
+
+#[tokio::test]
 async fn a_pacs_002_costs_a_fifth_of_a_token() {
-    let s = settings("bkt", &[]);
+    let s = exact_settings();
     let client = redis(&s).await;
     let (clock, now) = ScriptClock::pinned(brasilia_ms(12, 0, 0));
     let b = bucket(&client, &s, clock);
@@ -61,7 +85,10 @@ async fn a_pacs_002_costs_a_fifth_of_a_token() {
 
 #[tokio::test]
 async fn the_secondary_channel_follows_brasilia_s_clock() {
-    let s = settings("bkt", &[("CABINE__ICOM__CHANNELS__CSM__ENABLED", "true")]);
+    let s = settings(
+        "bkt",
+        &[("CABINE__ICOM__CHANNELS__CSM__ENABLED", "true"), ("CABINE__OUTBOUND__BUCKET__RESERVE", "0s")],
+    );
     let client = redis(&s).await;
     let (clock, now) = ScriptClock::pinned(brasilia_ms(7, 59, 59));
     let b = bucket(&client, &s, clock);
@@ -94,7 +121,13 @@ async fn two_pods_drawing_at_once_never_overdraw() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     for round in 0..6 {
         let capacity: u64 = rng.random_range(10..30);
-        let s = settings("bkt", &[("CABINE__OUTBOUND__BUCKET__CHANNELS__CPM__CAPACITY", &capacity.to_string())]);
+        let s = settings(
+            "bkt",
+            &[
+                ("CABINE__OUTBOUND__BUCKET__CHANNELS__CPM__CAPACITY", &capacity.to_string()),
+                ("CABINE__OUTBOUND__BUCKET__RESERVE", "0s"),
+            ],
+        );
         let (a, b) = (redis(&s).await, redis(&s).await);
         let (clock, _) = ScriptClock::pinned(brasilia_ms(12, 0, 0));
         let pods = [Arc::new(bucket(&a, &s, clock.clone())), Arc::new(bucket(&b, &s, clock))];
@@ -124,6 +157,7 @@ async fn with_the_server_clock_draws_stay_within_capacity_plus_refill() {
     let s = settings(
         "bkt",
         &[
+            ("CABINE__OUTBOUND__BUCKET__RESERVE", "0s"),
             ("CABINE__OUTBOUND__BUCKET__CHANNELS__CPM__CAPACITY", "20"),
             ("CABINE__OUTBOUND__BUCKET__CHANNELS__CPM__NIGHT_CAPACITY", "20"),
         ],

@@ -9,6 +9,9 @@
 -- ARGV[6]  night capacity (milli)   ARGV[7]  night refill (tokens/s)
 -- ARGV[8]  night from (local minute of day, included)   ARGV[9] night until (excluded)
 -- ARGV[10] UTC offset of the local time, in minutes
+-- ARGV[11] reserve in ms: a draw must leave refill × reserve tokens in hand. A POST
+--          reaches the SPI some ms after its draw; while the SPI's bucket sits full
+--          it loses that refill, so drawing to the last token here could draw a 429 there.
 -- Reply: {granted (1 | 0 | -1 too costly), tokens, wait_ms, capacity, refill, night (1 | 0)}
 local cost = tonumber(ARGV[1])
 local now = tonumber(ARGV[3])
@@ -46,11 +49,12 @@ end
 if ARGV[2] == 'peek' then
   return {1, tokens, 0, cap, rate, flag}
 end
-if cost > cap then
+local reserve = math.min(rate * tonumber(ARGV[11]), cap)
+if cost > cap - reserve then
   return {-1, tokens, 0, cap, rate, flag}
 end
-if tokens < cost then
-  return {0, tokens, math.ceil((cost - tokens) / rate), cap, rate, flag}
+if tokens - reserve < cost then
+  return {0, tokens, math.ceil((cost + reserve - tokens) / rate), cap, rate, flag}
 end
 tokens = tokens - cost
 redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', ts)
