@@ -11,7 +11,7 @@ mod cluster_support;
 
 use anyhow::{Context, ensure};
 use cabine::harness::{BusReader, LocalCluster, RedisServer};
-use cluster_support::{TOKEN, eventually, run, stream_holders};
+use cluster_support::{TOKEN, eventually, inbound_reader, run, stream_holders};
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -67,15 +67,20 @@ async fn all_held(c: &LocalCluster, per_pod: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn reader(c: &LocalCluster) -> BusReader {
-    BusReader::start(c.nats.clone(), &c.settings.nats.inbound_stream, &c.inbound_filter()).await.unwrap()
+/// The stream holders, and the index of a pod holding at least one slot.
+async fn a_slot_holder(c: &LocalCluster) -> anyhow::Result<(BTreeMap<u64, String>, usize)> {
+    let holders = stream_holders(c, 0).await?;
+    let victim = (0..c.pods.len())
+        .find(|i| holders.values().any(|p| *p == c.pods[*i].pod_id))
+        .context("a pod holding a slot")?;
+    Ok((holders, victim))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_pods_deliver_ten_thousand_messages_exactly_once() {
     let c = start("c10k", 3, &[]).await;
     run(c, async |c| {
-        let reader = reader(c).await;
+        let reader = inbound_reader(c).await;
         let ids = c.sim.control.inject(10_000, "pacs008").await?;
         all_delivered(c, &reader, &ids, Duration::from_secs(60)).await?;
         let a = cap_kept(c).await?;
@@ -120,15 +125,12 @@ async fn three_pods_deliver_ten_thousand_messages_exactly_once() {
 async fn a_killed_pod_loses_nothing_and_its_slots_resume_on_the_same_streams() {
     let c = start("ckill", 3, &[]).await;
     run(c, async |c| {
-        let reader = reader(c).await;
+        let reader = inbound_reader(c).await;
         all_held(c, 2).await?;
         let body = serde_json::json!({ "count": 4000, "kind": "pacs008", "rate_per_s": 1000.0 });
         let ids = c.sim.control.inject_json(body).await?;
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        let holders = stream_holders(c, 0).await?;
-        let victim = (0..c.pods.len())
-            .find(|i| holders.values().any(|p| *p == c.pods[*i].pod_id))
-            .context("a pod holding a slot")?;
+        let (holders, victim) = a_slot_holder(c).await?;
         let victim_id = c.pods[victim].pod_id.clone();
         let its_slots: Vec<u64> = holders.iter().filter(|(_, p)| **p == victim_id).map(|(s, _)| *s).collect();
         let survivor = (0..c.pods.len()).find(|i| *i != victim).context("a survivor")?;
@@ -162,15 +164,12 @@ async fn a_killed_pod_loses_nothing_and_its_slots_resume_on_the_same_streams() {
 async fn a_terminated_pod_hands_over_and_releases_every_lease_within_a_second() {
     let c = start("cterm", 3, &[]).await;
     run(c, async |c| {
-        let reader = reader(c).await;
+        let reader = inbound_reader(c).await;
         all_held(c, 2).await?;
         let body = serde_json::json!({ "count": 3000, "kind": "pacs008", "rate_per_s": 1000.0 });
         let ids = c.sim.control.inject_json(body).await?;
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        let holders = stream_holders(c, 0).await?;
-        let victim = (0..c.pods.len())
-            .find(|i| holders.values().any(|p| *p == c.pods[*i].pod_id))
-            .context("a pod holding a slot")?;
+        let (_, victim) = a_slot_holder(c).await?;
         let victim_id = c.pods[victim].pod_id.clone();
         let survivor = (0..c.pods.len()).find(|i| *i != victim).context("a survivor")?;
         let signalled = Instant::now();
@@ -330,7 +329,7 @@ async fn after_a_redis_restart_new_holders_claim_higher_fences_and_resume_the_sa
     let url = redis.url();
     let c = start("credis", 2, &[("CABINE__REDIS__URL", url.as_str())]).await;
     run(c, async |c| {
-        let reader = reader(c).await;
+        let reader = inbound_reader(c).await;
         all_held(c, 2).await?;
         let first = c.sim.control.inject(200, "pacs008").await?;
         all_delivered(c, &reader, &first, Duration::from_secs(15)).await?;
@@ -359,7 +358,7 @@ async fn the_last_pod_closes_its_streams_when_terminated() {
     run(c, async |c| {
         all_held(c, 4).await?;
         let ids = c.sim.control.inject(100, "pacs008").await?;
-        let reader = reader(c).await;
+        let reader = inbound_reader(c).await;
         all_delivered(c, &reader, &ids, Duration::from_secs(15)).await?;
         ensure!(c.sim.control.audit("cpm").await?["open_streams"] == 4, "4 streams open");
         let signalled = Instant::now();

@@ -13,7 +13,7 @@ mod cluster_support;
 
 use anyhow::{Context, ensure};
 use cabine::harness::{BusReader, LocalCluster};
-use cluster_support::{eventually, run, stream_holders};
+use cluster_support::{eventually, inbound_reader, run, stream_holders};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -102,15 +102,11 @@ async fn all_held(c: &LocalCluster) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn reader(c: &LocalCluster) -> BusReader {
-    BusReader::start(c.nats.clone(), &c.settings.nats.inbound_stream, &c.inbound_filter()).await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_cannot_reach_icom_fails_its_slots_over_and_nothing_is_lost() {
     let c = start("cfover", &[]).await;
     run(c, async |c| {
-        let reader = reader(c).await;
+        let reader = inbound_reader(c).await;
         all_held(c).await?;
         // A third pod whose ICOM base URL is a closed port: its network is broken, nobody else's.
         let closed = cabine::harness::free_port()?;
@@ -175,7 +171,7 @@ async fn a_pod_that_cannot_reach_icom_fails_its_slots_over_and_nothing_is_lost()
 async fn five_hundreds_for_everyone_raise_zero_active_until_the_simulator_recovers() {
     let c = start("c5xx", &[("CABINE__TIMING__BACKOFF_MAX", "1s")]).await;
     run(c, async |c| {
-        let reader = reader(c).await;
+        let reader = inbound_reader(c).await;
         all_held(c).await?;
         let mut ids = c.sim.control.inject(50, "pacs008").await?;
         all_delivered(c, &reader, &ids, Duration::from_secs(15)).await?;

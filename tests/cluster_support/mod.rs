@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use cabine::harness::{ClusterSpec, LocalCluster, cluster};
+use cabine::harness::{BusReader, ClusterSpec, LocalCluster, cluster};
 use tokio::time::Instant;
 
 /// Bearer token of the operator endpoints in every test cluster.
@@ -109,4 +109,9 @@ pub async fn holders(c: &LocalCluster, i: usize, pool: &str) -> anyhow::Result<B
 /// Stream slot → holding pod, from pod `i`'s `/cluster`.
 pub async fn stream_holders(c: &LocalCluster, i: usize) -> anyhow::Result<BTreeMap<u64, String>> {
     holders(c, i, "stream").await
+}
+
+/// An independent reader of the cluster's inbound stream, from its start.
+pub async fn inbound_reader(c: &LocalCluster) -> BusReader {
+    BusReader::start(c.nats.clone(), &c.settings.nats.inbound_stream, &c.inbound_filter()).await.unwrap()
 }
