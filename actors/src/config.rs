@@ -42,6 +42,10 @@ pub struct TreeTiming {
     /// lease is valid for `long_poll_timeout + request_margin`.
     pub long_poll_timeout: Duration,
     pub request_margin: Duration,
+    /// The durable gate (DESIGN §2.5): a request leaves within this of the
+    /// fenced write that armed it; each write keeps the slot busy for the
+    /// request's timeout + this, by Postgres's clock.
+    pub gate_margin: Duration,
     /// How often a standby slot (and the leader campaign) tries to acquire.
     pub acquire_interval: Duration,
     /// Long-poll mode: least time between two polls after an empty (204) answer.
@@ -66,6 +70,7 @@ impl Default for TreeTiming {
             heartbeat: Duration::from_secs(3),
             long_poll_timeout: Duration::from_secs(8),
             request_margin: Duration::from_millis(100),
+            gate_margin: Duration::from_millis(500),
             acquire_interval: Duration::from_secs(1),
             empty_poll_floor: Duration::from_millis(200),
             backoff_base: Duration::from_millis(200),
@@ -153,6 +158,9 @@ impl TreeConfig {
         }
         if t.backoff_base.is_zero() || t.backoff_base > t.backoff_max {
             return fail("timing.backoff_base", "must be > 0 and ≤ backoff_max");
+        }
+        if t.gate_margin.is_zero() {
+            return fail("timing.gate_margin", "must be > 0");
         }
         if t.stop_timeout <= t.drain_time {
             return fail("timing.stop_timeout", "must be > drain_time");

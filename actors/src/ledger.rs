@@ -81,14 +81,17 @@ impl LeaseLedger {
         }
     }
 
-    /// Records a granted lease; from now on the heartbeat renews it.
-    pub fn hold(&self, owner: &str, lease: Lease, on_lost: LostNotice) -> HeldLease {
+    /// Records a granted lease; from now on the heartbeat renews it. A lease
+    /// still recorded under `owner` is ended and returned, for the caller to
+    /// release in the store (else it would stay held until its TTL).
+    pub fn hold(&self, owner: &str, lease: Lease, on_lost: LostNotice) -> (HeldLease, Option<Lease>) {
         let (view, rx) = watch::channel(LeaseView::Held(lease.clone()));
         let previous = self.lock().insert(owner.to_owned(), Entry::Held(Held { lease, view, on_lost, task: None }));
-        if let Some(Entry::Held(old)) = previous {
-            old.end(LeaseView::Released);
-        }
-        HeldLease { rx }
+        let replaced = match previous {
+            Some(Entry::Held(old)) => Some(old.end(LeaseView::Released)),
+            _ => None,
+        };
+        (HeldLease { rx }, replaced)
     }
 
     /// Ties the owner's request task to its lease: losing or releasing the lease aborts it.
@@ -285,7 +288,7 @@ mod tests {
         assert!(ledger.reserve("slot/cpm/2", pool, 2));
         assert!(!ledger.reserve("slot/cpm/3", pool, 2));
         ledger.cancel_reservation("slot/cpm/2");
-        let mut held = ledger.hold("slot/cpm/1", lease(1, "g1", 2), Box::new(|_, _| {}));
+        let (mut held, _) = ledger.hold("slot/cpm/1", lease(1, "g1", 2), Box::new(|_, _| {}));
         assert_eq!(ledger.held_slots(pool), vec![1]);
         let sent = ledger.held();
         let renewed = lease(1, "g1", 10);
@@ -300,14 +303,15 @@ mod tests {
         let ledger = LeaseLedger::default();
         let lost = Arc::new(AtomicUsize::new(0));
         let counter = lost.clone();
-        let held = ledger.hold(
+        let (held, _) = ledger.hold(
             "slot/cpm/1",
             lease(1, "g1", 2),
             Box::new(move |_, _| _ = counter.fetch_add(1, Ordering::SeqCst)),
         );
         let sent = ledger.held();
-        // Re-granted meanwhile: the old answer is ignored.
-        let _fresh = ledger.hold("slot/cpm/1", lease(1, "g2", 2), Box::new(|_, _| {}));
+        // Re-granted meanwhile: the old answer is ignored, the replaced grant is handed back for release.
+        let (_fresh, replaced) = ledger.hold("slot/cpm/1", lease(1, "g2", 2), Box::new(|_, _| {}));
+        assert_eq!(replaced.map(|l| l.grant), Some(GrantId("g1".into())));
         assert!(ledger.apply_renewals(&sent, vec![Err(LostCause::Stolen)]).is_empty());
         assert_eq!(held.view(), LeaseView::Released);
         let sent = ledger.held();

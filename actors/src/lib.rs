@@ -15,6 +15,8 @@ pub mod config;
 pub mod domain;
 pub mod failover;
 pub mod fair;
+pub mod gate;
+pub mod lease;
 pub mod ledger;
 pub mod metrics;
 pub mod orphans;
@@ -24,6 +26,7 @@ pub mod slot;
 pub mod status;
 pub mod supervision;
 pub mod task;
+pub mod timers;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod tree;

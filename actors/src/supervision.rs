@@ -1,7 +1,8 @@
 //! Restart bookkeeping shared by every supervisor: which child an actor id is,
-//! which exits were asked for (operator restart, retirement), and the restart
-//! intensity window. The supervisors themselves decide what a verdict means
-//! (release the child's leases, schedule the respawn timer, escalate).
+//! which exits were asked for (operator restart, retirement), the restart
+//! intensity window, and the [`Plan`] an exit calls for. Pure bookkeeping, no
+//! I/O: what every supervisor does around a plan (release the child's leases,
+//! the board, metrics) is `tree::exits::settle`.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -24,6 +25,27 @@ pub enum Verdict<K> {
     Retired(K),
     /// Beyond the restart intensity: the supervisor gives up.
     Escalate { key: K, why: String },
+}
+
+/// What a supervisor does next about a child's exit.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan<K> {
+    /// Start it again now (an operator restart).
+    SpawnNow(K),
+    /// Start it again when the respawn timer stamped `generation` fires.
+    Later { key: K, after: Duration, generation: u64 },
+    /// Beyond the restart intensity: the supervisor fails with this reason.
+    Escalate(String),
+    /// Not one of ours, retired, or draining: nothing to start.
+    Nothing,
+}
+
+/// A child's exit as booked, for the board and the lease release.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Exit<K> {
+    pub key: K,
+    /// `Some` when the child is to be restarted: whether it counts as a failure, and why it stopped.
+    pub restart: Option<(bool, String)>,
 }
 
 enum AfterExit {
@@ -100,6 +122,28 @@ impl<K: Clone + Eq + std::hash::Hash> Supervision<K> {
             true
         } else {
             false
+        }
+    }
+
+    /// Books `event` and says what to do: restart now, later (a respawn timer
+    /// armed here), escalate, or nothing — nothing is restarted while `draining`.
+    pub fn plan(&mut self, event: &SupervisionEvent, draining: bool) -> (Option<Exit<K>>, Plan<K>) {
+        match self.on_event(event) {
+            Verdict::Ignore => (None, Plan::Nothing),
+            Verdict::Retired(key) => (Some(Exit { key, restart: None }), Plan::Nothing),
+            Verdict::Escalate { key, why } => (Some(Exit { key, restart: None }), Plan::Escalate(why)),
+            Verdict::Restart { key, after, counted, why } => {
+                let exit = Exit { key: key.clone(), restart: Some((counted, why)) };
+                let plan = if draining {
+                    Plan::Nothing
+                } else if after.is_zero() {
+                    Plan::SpawnNow(key)
+                } else {
+                    let generation = self.arm_respawn(key.clone());
+                    Plan::Later { key, after, generation }
+                };
+                (Some(exit), plan)
+            }
         }
     }
 

@@ -100,7 +100,7 @@ impl IcomClient {
             Err(Failure::Transport(reason)) => PollOutcome::Transport(reason),
         };
         let name = if op == StreamOp::Start { "start" } else { "next" };
-        let label = poll_label(&outcome);
+        let label = outcome.label();
         self.observe(name, label, started, outcome)
     }
 
@@ -203,20 +203,6 @@ fn transport(e: reqwest::Error) -> Failure {
         source = s.source();
     }
     Failure::Transport(text)
-}
-
-fn poll_label(outcome: &PollOutcome) -> &'static str {
-    match outcome {
-        PollOutcome::Messages { .. } => "messages",
-        PollOutcome::Empty { .. } => "empty",
-        PollOutcome::TooManyStreams => "too_many_streams",
-        PollOutcome::UnknownStream => "unknown_stream",
-        PollOutcome::RateLimited { .. } => "rate_limited",
-        PollOutcome::Rejected { .. } => "rejected",
-        PollOutcome::ServerError { .. } => "server_error",
-        PollOutcome::Timeout => "timeout",
-        PollOutcome::Transport(_) => "transport",
-    }
 }
 
 fn send_label(outcome: &SendOutcome) -> &'static str {

@@ -10,7 +10,7 @@ use crate::ports::breaker::CircuitBreaker;
 use crate::ports::outbound::{BatchSize, OutboundStore};
 use crate::ports::outbound_bus::{OutboundIngress, ResultSink};
 use crate::ports::ratelimit::{CostTable, RateBucket};
-use crate::ports::{Confirmations, SendConnector};
+use crate::ports::{Confirmations, SendConnector, SendGates};
 
 #[derive(Clone, Debug)]
 pub struct OutboundConfig {
@@ -113,5 +113,7 @@ pub struct OutboundPorts {
     pub bucket: Arc<dyn RateBucket>,
     pub breaker: Arc<dyn CircuitBreaker>,
     pub sends: Arc<dyn SendConnector>,
+    /// The send slots' gate rows (DESIGN §2.5).
+    pub gates: Arc<dyn SendGates>,
     pub confirmations: Arc<dyn Confirmations>,
 }

@@ -15,20 +15,21 @@
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::sender::{Sender, SenderDrain, SenderMsg};
+use super::sender::{Sender, SenderDrain, SenderId, SenderMsg};
 use super::{OutboundConfig, OutboundPorts};
 use crate::domain::ChannelId;
 use crate::metrics;
 use crate::ports::Pool;
 use crate::ports::breaker::{BreakerError, BreakerState, BreakerView};
 use crate::ports::ratelimit::{BucketError, BucketLevel};
-use crate::supervision::{Supervision, Verdict};
+use crate::supervision::{Plan, Supervision};
 use crate::task::OwnedTask;
+use crate::timers::{Stamped, Timers};
 use crate::tree::RestartError;
 use crate::tree::context::TreeContext;
+use crate::tree::exits;
 
 pub enum SendChannelMsg {
     Respawn {
@@ -39,14 +40,10 @@ pub enum SendChannelMsg {
         n: u8,
         reply: RpcReplyPort<Result<(), RestartError>>,
     },
-    Probe {
-        generation: u64,
-    },
-    Probed {
-        generation: u64,
-        breaker: Result<BreakerView, BreakerError>,
-        bucket: Result<BucketLevel, BucketError>,
-    },
+    /// The status probe's timer or result; only the latest stamp counts.
+    Probe(u64, ProbeStep),
+    /// The probe task panicked: SendChannel fails.
+    ProbePanicked(String),
     /// Drain every sender by `deadline`; answers what they said (a sender that did not answer in time is missing).
     Drain {
         deadline: Instant,
@@ -54,10 +51,33 @@ pub enum SendChannelMsg {
     },
 }
 
+pub enum ProbeStep {
+    /// Time to read the breaker and the bucket.
+    Start,
+    Done {
+        breaker: Result<BreakerView, BreakerError>,
+        bucket: Result<BucketLevel, BucketError>,
+    },
+}
+
+impl Stamped for SendChannelMsg {
+    type Step = ProbeStep;
+
+    fn stamped(generation: u64, step: ProbeStep) -> Self {
+        SendChannelMsg::Probe(generation, step)
+    }
+
+    fn panicked(why: String) -> Self {
+        SendChannelMsg::ProbePanicked(why)
+    }
+}
+
 pub struct SendChannelState {
-    supervision: Supervision<u8>,
-    probe_generation: u64,
+    supervision: Supervision<SenderId>,
+    /// Stamps the probe's timer and task.
+    probe_timers: Timers,
     probe: Option<OwnedTask>,
+    /// The pod stops: no restart, no probe.
     draining: bool,
 }
 
@@ -87,21 +107,19 @@ impl SendChannel {
             ports: self.ports.clone(),
         };
         let (child, _) = Actor::spawn_linked(None, sender, (), me.get_cell()).await?;
-        state.supervision.adopt(child.get_cell(), n);
+        state.supervision.adopt(child.get_cell(), self.sender_id(n));
         Ok(())
     }
 
-    fn release_sender(&self, n: u8) {
-        let leases = self.ctx.ledger.take_owned(|o| o == Sender::id(self.channel, n));
-        self.ctx.release_in_background(leases);
+    fn sender_id(&self, n: u8) -> SenderId {
+        SenderId { channel: self.channel, n }
     }
 
     fn probe(&self, me: &ActorRef<SendChannelMsg>, state: &mut SendChannelState) {
-        state.probe_generation += 1;
-        let (generation, channel, ports, me) = (state.probe_generation, self.channel, self.ports.clone(), me.clone());
-        state.probe = Some(OwnedTask::spawn(async move {
+        let (channel, ports) = (self.channel, self.ports.clone());
+        state.probe = Some(state.probe_timers.spawn(me, async move {
             let (breaker, bucket) = tokio::join!(ports.breaker.state(channel), ports.bucket.level(channel));
-            let _ = me.send_message(SendChannelMsg::Probed { generation, breaker, bucket });
+            ProbeStep::Done { breaker, bucket }
         }));
     }
 
@@ -141,7 +159,7 @@ impl Actor for SendChannel {
     async fn pre_start(&self, _me: ActorRef<SendChannelMsg>, _: ()) -> Result<SendChannelState, ActorProcessingErr> {
         self.ctx.board.register(&Self::id(self.channel), Some("root"), "senders");
         let supervision = Supervision::new(self.ctx.config.restart);
-        Ok(SendChannelState { supervision, probe_generation: 0, probe: None, draining: false })
+        Ok(SendChannelState { supervision, probe_timers: Timers::default(), probe: None, draining: false })
     }
 
     async fn post_start(
@@ -164,31 +182,32 @@ impl Actor for SendChannel {
         state: &mut SendChannelState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SendChannelMsg::Respawn { n, generation }
-                if !state.draining && state.supervision.take_respawn(&n, generation) =>
-            {
-                self.spawn_sender(&me, state, n).await?
+            SendChannelMsg::Respawn { n, generation } => {
+                if !state.draining && state.supervision.take_respawn(&self.sender_id(n), generation) {
+                    self.spawn_sender(&me, state, n).await?
+                }
             }
             SendChannelMsg::RestartSender { n, reply } => {
-                let ok = !state.draining && state.supervision.stop_for_restart(&n, "operator restart");
-                let id = Sender::id(self.channel, n);
-                let _ = reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(id)) });
+                let id = self.sender_id(n);
+                let ok = !state.draining && state.supervision.stop_for_restart(&id, "operator restart");
+                let _ = reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(Sender::id(self.channel, n))) });
             }
-            SendChannelMsg::Probe { generation } if generation == state.probe_generation && !state.draining => {
-                self.probe(&me, state)
-            }
-            SendChannelMsg::Probed { generation, breaker, bucket } if generation == state.probe_generation => {
-                state.probe = None;
-                if matches!(&breaker, Ok(v) if matches!(v.state, BreakerState::Closed | BreakerState::Degraded)) {
-                    self.breaker_closed(state);
+            SendChannelMsg::Probe(generation, step) if state.probe_timers.is_current(generation) && !state.draining => {
+                match step {
+                    ProbeStep::Start => self.probe(&me, state),
+                    ProbeStep::Done { breaker, bucket } => {
+                        state.probe = None;
+                        if matches!(&breaker, Ok(v) if matches!(v.state, BreakerState::Closed | BreakerState::Degraded)) {
+                            self.breaker_closed(state);
+                        }
+                        self.show(breaker, bucket);
+                        state.probe_timers.arm(&me, self.config.status_interval, ProbeStep::Start);
+                    }
                 }
-                self.show(breaker, bucket);
-                state.probe_generation += 1;
-                let generation = state.probe_generation;
-                me.send_after(self.config.status_interval, move || SendChannelMsg::Probe { generation });
             }
+            SendChannelMsg::Probe(..) => tracing::trace!("stale probe dropped"),
+            SendChannelMsg::ProbePanicked(why) => return Err(why.into()),
             SendChannelMsg::Drain { deadline, reply } => self.drain(state, deadline, reply),
-            _ => {}
         }
         Ok(())
     }
@@ -199,33 +218,13 @@ impl Actor for SendChannel {
         event: SupervisionEvent,
         state: &mut SendChannelState,
     ) -> Result<(), ActorProcessingErr> {
-        match state.supervision.on_event(&event) {
-            Verdict::Restart { key: n, after, counted, why } => {
-                self.release_sender(n);
-                let id = Sender::id(self.channel, n);
-                self.ctx.board.count_restart(&id);
-                metrics::restart("sender");
-                if counted {
-                    tracing::warn!(sender = %id, %why, ?after, "sender failed: restarting it");
-                    self.ctx.board.set_error(&id, why);
-                }
-                if state.draining {
-                    return Ok(());
-                }
-                self.ctx.board.set_state(&id, "restarting");
-                if after.is_zero() {
-                    self.spawn_sender(&me, state, n).await?;
-                } else {
-                    let generation = state.supervision.arm_respawn(n);
-                    me.send_after(after, move || SendChannelMsg::Respawn { n, generation });
-                }
+        match exits::settle(&self.ctx, &mut state.supervision, &event, state.draining) {
+            Plan::SpawnNow(id) => self.spawn_sender(&me, state, id.n).await?,
+            Plan::Later { key: id, after, generation } => {
+                me.send_after(after, move || SendChannelMsg::Respawn { n: id.n, generation });
             }
-            Verdict::Escalate { key: n, why } => {
-                self.release_sender(n);
-                return Err(format!("{}: {why}", Self::id(self.channel)).into());
-            }
-            Verdict::Retired(n) => self.release_sender(n),
-            Verdict::Ignore => {}
+            Plan::Escalate(why) => return Err(format!("{}: {why}", Self::id(self.channel)).into()),
+            Plan::Nothing => {}
         }
         Ok(())
     }
@@ -235,7 +234,7 @@ impl SendChannel {
     /// Tells every sender the breaker lets calls through (a no-op for one not paused by it).
     fn breaker_closed(&self, state: &SendChannelState) {
         for n in 1..=self.config.senders_per_channel.get() {
-            if let Some(sender) = state.supervision.child(&n) {
+            if let Some(sender) = state.supervision.child(&self.sender_id(n)) {
                 let _ = ActorRef::<SenderMsg>::from(sender).send_message(SenderMsg::BreakerClosed);
             }
         }
@@ -244,26 +243,16 @@ impl SendChannel {
     fn drain(&self, state: &mut SendChannelState, deadline: Instant, reply: RpcReplyPort<Vec<SenderDrain>>) {
         state.draining = true;
         state.probe = None;
-        state.probe_generation += 1;
+        state.probe_timers.invalidate();
         state.supervision.cancel_respawns();
         self.ctx.board.set_state(&Self::id(self.channel), "draining");
         let senders: Vec<ActorRef<SenderMsg>> = (1..=self.config.senders_per_channel.get())
-            .filter_map(|n| state.supervision.child(&n))
+            .filter_map(|n| state.supervision.child(&self.sender_id(n)))
             .map(ActorRef::from)
             .collect();
         let budget = deadline.saturating_duration_since(Instant::now());
         tokio::spawn(async move {
-            let mut calls = JoinSet::new();
-            for sender in senders {
-                calls.spawn(async move { sender.call(SenderMsg::Drain, Some(budget)).await });
-            }
-            let mut outcomes = Vec::new();
-            while let Some(done) = calls.join_next().await {
-                if let Ok(Ok(ractor::rpc::CallResult::Success(outcome))) = done {
-                    outcomes.push(outcome);
-                }
-            }
-            let _ = reply.send(outcomes);
+            let _ = reply.send(exits::ask_all(senders, Some(budget), SenderMsg::Drain).await);
         });
     }
 }

@@ -66,6 +66,29 @@ pub enum PollOutcome {
     Transport(String),
 }
 
+impl PollOutcome {
+    /// Label for metrics and status pages.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PollOutcome::Messages { .. } => "messages",
+            PollOutcome::Empty { .. } => "empty",
+            PollOutcome::TooManyStreams => "too_many_streams",
+            PollOutcome::UnknownStream => "unknown_stream",
+            PollOutcome::RateLimited { .. } => "rate_limited",
+            PollOutcome::Rejected { .. } => "rejected",
+            PollOutcome::ServerError { .. } => "server_error",
+            PollOutcome::Timeout => "timeout",
+            PollOutcome::Transport(_) => "transport",
+        }
+    }
+
+    /// True when the server answered (whatever it said): the request is no
+    /// longer in flight there. A timeout or a broken connection may leave it so.
+    pub fn answered(&self) -> bool {
+        !matches!(self, PollOutcome::Timeout | PollOutcome::Transport(_))
+    }
+}
+
 /// Outcome of `close` (DELETE on the pull-next).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CloseOutcome {

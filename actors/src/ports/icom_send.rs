@@ -39,6 +39,12 @@ impl SendReply {
         }
     }
 
+    /// True when the server answered (whatever it said): the POST is no longer
+    /// in flight there. A timeout or a broken connection may leave it so.
+    pub fn answered(&self) -> bool {
+        !self.breaks_connection()
+    }
+
     /// True when the connection should be dropped and a fresh one opened.
     pub fn breaks_connection(&self) -> bool {
         matches!(self, SendReply::Timeout | SendReply::Transport(_))

@@ -1,5 +1,8 @@
 //! The inbox port (Postgres): fenced slot claims and the commit of a batch with
-//! the stream's next cursor in one transaction (DESIGN §2.2–2.4).
+//! the stream's next cursor in one transaction (DESIGN §2.2–2.4). The cursor
+//! row is also the stream slot's gate (DESIGN §2.5): every write of the holder
+//! sets `busy_until = max(busy_until, now() + busy_for)` (Postgres's clock), so
+//! the statement that precedes each GET anyway arms it.
 
 use std::time::Duration;
 
@@ -15,6 +18,9 @@ pub struct Claim {
     pub fence: i64,
     /// The stored pull-next to resume; `None` means start a new stream.
     pub pull_next: Option<String>,
+    /// What is left of the previous holder's busy window (Postgres's clock):
+    /// nothing is sent on this slot before it has passed.
+    pub wait: Duration,
 }
 
 /// What a commit did.
@@ -66,21 +72,33 @@ pub enum InboxError {
 
 #[async_trait::async_trait]
 pub trait InboxStore: Send + Sync + 'static {
-    /// Takes the next fence of `slot` (creating its row if absent) for `holder`.
-    async fn claim(&self, slot: SlotId, holder: &str) -> Result<Claim, InboxError>;
+    /// Takes the next fence of `slot` (creating its row if absent) for `holder`
+    /// and arms its first request: `busy_until = max(busy_until, now()) + busy_for`.
+    async fn claim(&self, slot: SlotId, holder: &str, busy_for: Duration) -> Result<Claim, InboxError>;
     /// In ONE transaction: fails with `FenceLost` unless the row's fence is
-    /// still `fence`; inserts `batch` (ON CONFLICT DO NOTHING); stores `pull_next`.
-    /// Only after it returns Ok may the batch be acknowledged.
+    /// still `fence`; inserts `batch` (ON CONFLICT DO NOTHING); stores `pull_next`;
+    /// arms the next request (`busy_for`). Only after it returns Ok may the batch be acknowledged.
     async fn commit(
         &self,
         slot: SlotId,
         fence: i64,
         batch: &[InboundMessage],
         pull_next: &str,
+        busy_for: Duration,
     ) -> Result<CommitSummary, InboxError>;
     /// Stores a cursor without a batch (a new stream's first pull-next, or
-    /// `None` after the stream was closed), conditioned on the fence.
-    async fn store_cursor(&self, slot: SlotId, fence: i64, pull_next: Option<&str>) -> Result<(), InboxError>;
+    /// `None` after the stream was closed), conditioned on the fence; arms the next request.
+    async fn store_cursor(
+        &self,
+        slot: SlotId,
+        fence: i64,
+        pull_next: Option<&str>,
+        busy_for: Duration,
+    ) -> Result<(), InboxError>;
+    /// Arms the next request alone (nothing else to write before it), conditioned on the fence.
+    async fn arm(&self, slot: SlotId, fence: i64, busy_for: Duration) -> Result<(), InboxError>;
+    /// Clears `busy_until` while the fence is ours: the holder leaves with nothing in flight.
+    async fn release(&self, slot: SlotId, fence: i64) -> Result<(), InboxError>;
     /// Every slot cursor row of this participant (read-only; for the watchdog).
     async fn cursors(&self) -> Result<Vec<SlotCursor>, InboxError>;
 }

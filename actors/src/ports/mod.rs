@@ -7,6 +7,7 @@
 
 pub mod breaker;
 pub mod cluster;
+pub mod gate;
 pub mod confirm;
 pub mod icom;
 pub mod icom_send;
@@ -18,6 +19,7 @@ pub mod publish;
 pub mod ratelimit;
 
 pub use cluster::{ClusterError, PodBeat, PodRegistry};
+pub use gate::{GateClaim, GateError, SendGates};
 pub use confirm::{ConfirmError, Confirmations, Correlated};
 pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};
 pub use icom_send::{IcomSender, SendConnector, SendRefused, SendReply};

@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ractor::ActorRef;
 use tokio::time::Instant;
 
-use super::{Phase, Slot, SlotMsg, SlotState};
+use super::handover::Holding;
+use super::{Handover, Phase, Slot, SlotMsg, SlotState, Step};
 use crate::fair::Share;
 use crate::metrics;
 use crate::ports::Pool;
@@ -52,7 +53,7 @@ impl Slot {
         let error = format!("failed over after {count} failed cycles in {took:?} (last: {why}); cooldown {cooldown:?}");
         board.set_error(&id, error);
         tracing::warn!(slot = %self.slot, count, ?took, ?cooldown, %why, "poll cycles keep failing on this pod: handing the slot over");
-        self.hand_over(me, state, false);
+        self.hand_over(me, state, Handover::KeepOpen);
     }
 
     /// When this slot's cooldown ends, if it is still running.
@@ -63,12 +64,12 @@ impl Slot {
     /// Sits in Cooldown until `until` (at least `after`), then tries to acquire again.
     pub(super) fn cool_down(&self, me: &Me, state: &mut SlotState, until: Instant, after: Duration) {
         let left = until.saturating_duration_since(Instant::now());
-        if state.phase != Phase::Cooldown {
+        if !matches!(state.phase, Phase::Cooldown) {
             self.enter(state, Phase::Cooldown);
             let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default() + left;
             self.ctx.board.set_detail(&self.owner(), "cooldown_until_ms", wall.as_millis() as u64);
         }
-        self.retry_acquire(me, state, left.max(after));
+        state.timers.arm(me, left.max(after), Step::TryAcquire);
     }
 
     /// The cooldown is over: back to Standby.
@@ -99,8 +100,8 @@ impl Slot {
 
     /// An adopted orphan is not handed back for fair share within a cooldown:
     /// the pod that did not take it gets no immediate second chance (no ping-pong).
-    pub(super) fn adopted_recently(&self, state: &SlotState) -> bool {
+    pub(super) fn adopted_recently(&self, holding: &Holding) -> bool {
         let hold = self.ctx.config.failover.cooldown;
-        state.holding.as_ref().and_then(|h| h.adopted).is_some_and(|at| at.elapsed() < hold)
+        holding.adopted.is_some_and(|at| at.elapsed() < hold)
     }
 }

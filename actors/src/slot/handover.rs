@@ -1,37 +1,44 @@
 //! Handing a slot over (drain, fair share, failover): the transitions, then the task.
 //! The stream stays open for the next holder, who resumes it from the stored
 //! pull-next; only when asked (no other pod runs this slot) is it closed —
-//! DELETE on the stored pull-next, which acknowledges only what is persisted —
-//! and a `None` cursor stored. The lease is released last, so the slot is
-//! never used by two holders.
+//! DELETE on the stored pull-next, which acknowledges only what is persisted,
+//! through the gate like any request — and a `None` cursor stored. Then the
+//! gate: `busy_until` is cleared when none of our requests can still be in
+//! flight, else left standing so the next holder waits it out (an aborted GET
+//! lives on at the server until its hold ends). The lease is released last.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ractor::{ActorRef, RpcReplyPort};
+use tokio::time::Instant;
 
-use super::{DrainOutcome, PendingDrain, Phase, Slot, SlotMsg, SlotState, cycle};
+use super::cycle::{Received, Stage};
+use super::{DrainOutcome, Handover, PendingDrain, Phase, Slot, SlotMsg, SlotState, Step};
 use crate::backoff::jittered;
 use crate::domain::SlotId;
+use crate::gate::{self, Gate};
 use crate::ledger::HeldLease;
-use crate::ports::{CloseOutcome, IcomStream, PodBeat};
-use crate::task::OwnedTask;
+use crate::ports::{CloseOutcome, GrantId, IcomStream, PodBeat};
 use crate::tree::context::TreeContext;
 
-/// What the slot held when it decided to hand over.
+/// What the slot holds while it holds the lease.
 pub struct Holding {
     pub lease: HeldLease,
-    pub grant: crate::ports::GrantId,
-    pub fence: i64,
+    /// Loss notices naming another grant are not ours.
+    pub grant: GrantId,
+    /// The slot's durable permit: our fence, the previous holder's window, the armed request.
+    pub gate: Gate,
+    /// The pull-next to use next; `None`: start a new stream.
     pub cursor: Option<String>,
+    /// False when `cursor` is known but storing it failed (retried on the next empty answer).
     pub cursor_stored: bool,
     /// A received batch not committed yet (inbox down): never acknowledged, it
     /// comes back to whoever GETs the stored pull-next.
-    pub unpersisted: Option<super::cycle::Received>,
-    /// `None` while a cycle task owns it (or after it was dropped with an aborted task).
+    pub unpersisted: Option<Received>,
+    /// `None`: open a fresh connection for the next request (after a broken one).
     pub stream: Option<Box<dyn IcomStream>>,
     /// When it was adopted as an orphan (beyond the fair share), if it was.
-    pub adopted: Option<tokio::time::Instant>,
+    pub adopted: Option<Instant>,
 }
 
 impl Slot {
@@ -42,50 +49,59 @@ impl Slot {
         others: Vec<PodBeat>,
         reply: RpcReplyPort<DrainOutcome>,
     ) {
-        let close = self.share(&others).close_on_drain(self.slot.n);
-        state.drain = Some(PendingDrain { close, reply: Some(reply) });
-        match state.phase {
+        let handover = if self.share(&others).close_on_drain(self.slot.n) { Handover::Close } else { Handover::KeepOpen };
+        state.drain = Some(PendingDrain { handover, reply: Some(reply) });
+        match &state.phase {
             Phase::Standby | Phase::Cooldown | Phase::Drained => self.finish_drain(state, DrainOutcome::Idle),
-            Phase::Holding { .. } => self.hand_over(me, state, close),
-            Phase::Polling { .. } if state.stage.load(Ordering::SeqCst) == cycle::REQUESTING => {
-                // The GET on the stored pull-next has not returned: abort it; nothing
-                // is acknowledged. (A `start` or a commit in flight finishes first.)
-                state.task = None;
-                self.hand_over(me, state, close);
+            Phase::Holding(_) => self.hand_over(me, state, handover),
+            Phase::Polling { .. } if state.stage.get() == Stage::Requesting => {
+                // The GET on the stored pull-next has not returned (or the gate is
+                // being passed): abort it; nothing is acknowledged. (A `start` or a
+                // commit in flight finishes first.)
+                self.hand_over(me, state, handover);
             }
             // Acquiring, starting a stream, persisting a batch, or already handing over: finishes first.
-            Phase::Acquiring | Phase::Polling { .. } | Phase::Draining => {}
+            Phase::Acquiring { .. } | Phase::Polling { .. } | Phase::Draining { .. } => {}
         }
     }
 
-    pub(super) fn hand_over(&self, me: &ActorRef<SlotMsg>, state: &mut SlotState, close: bool) {
-        state.task = None;
-        let Some(holding) = state.holding.take() else {
-            return self.finish_drain(state, DrainOutcome::Idle);
+    /// Takes the holding out of the phase (aborting a cycle in flight, whose
+    /// request is then in doubt) and hands the slot over in a task.
+    pub(super) fn hand_over(&self, me: &ActorRef<SlotMsg>, state: &mut SlotState, handover: Handover) {
+        let holding = match std::mem::replace(&mut state.phase, Phase::Standby) {
+            Phase::Holding(holding) => holding,
+            Phase::Polling { holding, task } => {
+                drop(task);
+                holding
+            }
+            other => {
+                state.phase = other;
+                return self.finish_drain(state, DrainOutcome::Idle);
+            }
         };
-        self.enter(state, Phase::Draining);
-        let generation = Self::next_generation(state);
-        let (ctx, slot, owner, me) = (self.ctx.clone(), self.slot, self.owner(), me.clone());
-        state.task = Some(OwnedTask::spawn(async move {
-            let closed = run(ctx, slot, owner, holding, close).await;
-            let _ = me.send_message(SlotMsg::HandedOver { generation, closed });
-        }));
+        let (ctx, slot, owner) = (self.ctx.clone(), self.slot, self.owner());
+        let task = state.timers.spawn(me, async move {
+            Step::HandedOver(run(ctx, slot, owner, holding, handover).await)
+        });
+        self.enter(state, Phase::Draining { task });
     }
 
-    pub(super) fn on_handed_over(&self, me: &ActorRef<SlotMsg>, state: &mut SlotState, closed: bool) {
-        state.task = None;
+    pub(super) fn on_handed_over(&self, me: &ActorRef<SlotMsg>, state: &mut SlotState, handover: Handover) {
         let id = self.owner();
         self.ctx.board.mark_cursor(&id, None);
-        tracing::info!(slot = %self.slot, closed, "slot handed over");
+        tracing::info!(slot = %self.slot, ?handover, "slot handed over");
         if state.drain.is_some() {
-            let outcome = if closed { DrainOutcome::Closed } else { DrainOutcome::HandedOver };
+            let outcome = match handover {
+                Handover::Close => DrainOutcome::Closed,
+                Handover::KeepOpen => DrainOutcome::HandedOver,
+            };
             return self.finish_drain(state, outcome);
         }
         self.standby(me, state, jittered(self.ctx.config.timing.acquire_interval));
     }
 
     pub(super) fn finish_drain(&self, state: &mut SlotState, outcome: DrainOutcome) {
-        state.generation += 1;
+        state.timers.invalidate();
         self.enter(state, Phase::Drained);
         if let Some(reply) = state.drain.as_mut().and_then(|d| d.reply.take()) {
             let _ = reply.send(outcome);
@@ -93,17 +109,29 @@ impl Slot {
     }
 }
 
-/// Returns whether the stream was closed.
-pub async fn run(ctx: TreeContext, slot: SlotId, owner: String, mut holding: Holding, close: bool) -> bool {
+/// Closes the stream if asked, settles the gate, releases the lease. Returns what was done to the stream.
+pub async fn run(ctx: TreeContext, slot: SlotId, owner: String, mut holding: Holding, handover: Handover) -> Handover {
     let closed = match holding.cursor.clone() {
-        Some(cursor) if close => close_stream(&ctx, slot, &mut holding, &cursor).await,
+        Some(cursor) if handover == Handover::Close => close_stream(&ctx, slot, &mut holding, &cursor).await,
         _ => false,
     };
     drop(holding.stream.take());
+    settle_gate(&ctx, slot, &holding.gate).await;
     if let Some(lease) = ctx.ledger.remove(&owner) {
         ctx.release(vec![lease]).await;
     }
-    closed
+    if closed { Handover::Close } else { Handover::KeepOpen }
+}
+
+/// Clears `busy_until` when nothing of ours can be in flight; else leaves it for the next holder to wait out.
+async fn settle_gate(ctx: &TreeContext, slot: SlotId, gate: &Gate) {
+    if !gate.may_clear(Instant::now()) {
+        tracing::info!(%slot, "a request of ours may still be in flight: the next holder waits out busy_until");
+        return;
+    }
+    if let Err(e) = ctx.ports.inbox.release(slot, gate.fence).await {
+        tracing::warn!(%slot, error = %e, "gate not cleared: the next holder waits out busy_until");
+    }
 }
 
 async fn close_stream(ctx: &TreeContext, slot: SlotId, holding: &mut Holding, cursor: &str) -> bool {
@@ -112,11 +140,22 @@ async fn close_stream(ctx: &TreeContext, slot: SlotId, holding: &mut Holding, cu
         tracing::warn!(%slot, %cause, "lease too short to close the stream; leaving it open");
         return false;
     }
+    let inbox = ctx.ports.inbox.clone();
+    if let Err(blocked) = gate::pass(&mut holding.gate, |fence, busy_for| inbox.arm(slot, fence, busy_for)).await {
+        tracing::warn!(%slot, ?blocked, "gate closed to the DELETE; leaving the stream open");
+        return false;
+    }
     let mut stream = holding.stream.take().unwrap_or_else(|| ctx.ports.icom.stream(slot.channel));
+    holding.gate.spend();
     match stream.close(cursor).await {
         CloseOutcome::Closed => {
-            if let Err(e) = ctx.ports.inbox.store_cursor(slot, holding.fence, None).await {
-                tracing::warn!(%slot, error = %e, "stream closed but its cursor not cleared; the next holder starts anew");
+            holding.gate.answered();
+            let (sent, busy_for) = (Instant::now(), holding.gate.busy_for());
+            match ctx.ports.inbox.store_cursor(slot, holding.gate.fence, None, busy_for).await {
+                Ok(()) => holding.gate.written(sent),
+                Err(e) => {
+                    tracing::warn!(%slot, error = %e, "stream closed but its cursor not cleared; the next holder starts anew")
+                }
             }
             true
         }

@@ -2,15 +2,16 @@
 //! polls the slot's ICOM stream, the others are hot standbys.
 //!
 //! Standby tries `acquire(Stream(ch), Some(n))` every acquire interval within
-//! the pod's fair share; a grant claims the cursor row (next fence) and resumes
-//! the stored pull-next. Each poll cycle runs in a spawned task owning the
-//! connection; its result comes back as a message. Lease loss (heartbeat
-//! notice, fence lost, lease too short) aborts the task and drops the
-//! connection: nothing is acknowledged and the next holder gets the batch
-//! again. Every timer and task carries the generation current when it was
-//! armed; anything older is dropped. Cycles that keep failing hand the slot
-//! over and sit out a cooldown; a standby over its fair share adopts a slot
-//! left free past the orphan grace (`slot/failover.rs`).
+//! the pod's fair share; a grant claims the cursor row (next fence, and the
+//! previous holder's busy window: DESIGN §2.5) and resumes the stored
+//! pull-next. Each poll cycle runs in a spawned task owning the connection;
+//! its result comes back as a message. Lease loss (heartbeat notice, fence
+//! lost, lease too short) aborts the task and drops the connection: nothing
+//! is acknowledged and the next holder gets the batch again. Every timer and
+//! task is stamped with the current generation ([`crate::timers`]); anything
+//! older is dropped. Cycles that keep failing hand the slot over and sit out a
+//! cooldown; a standby over its fair share adopts a slot left free past the
+//! orphan grace (`slot/failover.rs`).
 
 pub mod acquire;
 pub mod cycle;
@@ -20,8 +21,6 @@ mod phase;
 pub mod schedule;
 mod transitions;
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicU8;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
@@ -30,12 +29,12 @@ pub use phase::Phase;
 use crate::backoff::Backoff;
 use crate::domain::SlotId;
 use crate::failover::FailureRun;
+use crate::lease::Acquisition;
 use crate::ports::{GrantId, LostCause, PodBeat};
-use crate::task::OwnedTask;
+use crate::timers::{Stamped, Timers};
 use crate::tree::context::TreeContext;
-use acquire::AcquireResult;
-use cycle::CycleReport;
-use handover::Holding;
+use acquire::Granted;
+use cycle::{CycleReport, StageCell};
 
 /// How a slot ended its drain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,55 +47,65 @@ pub enum DrainOutcome {
     Closed,
 }
 
+/// What a handover does with the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// Leave it open for the next holder (who resumes the stored pull-next).
+    KeepOpen,
+    /// DELETE it on the stored pull-next (no other pod runs this slot).
+    Close,
+}
+
 pub enum SlotMsg {
-    TryAcquire {
-        generation: u64,
-    },
-    Acquired {
-        generation: u64,
-        result: AcquireResult,
-    },
-    Poll {
-        generation: u64,
-    },
-    CycleDone {
-        generation: u64,
-        report: CycleReport,
-    },
-    HandedOver {
-        generation: u64,
-        closed: bool,
-    },
+    /// A timer or task result, stamped with the generation it was armed in.
+    Stamped(u64, Step),
     /// From the heartbeat (through the ledger): the lease with `grant` is gone.
-    LeaseLost {
-        grant: GrantId,
-        cause: LostCause,
-    },
+    LeaseLost { grant: GrantId, cause: LostCause },
     /// The pod stops: hand over (or close when no other live pod in `others` runs this slot).
-    Drain {
-        others: Vec<PodBeat>,
-        reply: RpcReplyPort<DrainOutcome>,
-    },
+    Drain { others: Vec<PodBeat>, reply: RpcReplyPort<DrainOutcome> },
+    /// A task of this slot panicked: the slot fails, its supervisor releases the lease.
+    Panicked(String),
+}
+
+/// What a slot's timers and tasks bring back.
+pub enum Step {
+    TryAcquire,
+    Acquired(Acquisition<Box<Granted>>),
+    Poll,
+    CycleDone(CycleReport),
+    /// The handover task ended: whether the stream was closed.
+    HandedOver(Handover),
+}
+
+impl Stamped for SlotMsg {
+    type Step = Step;
+
+    fn stamped(generation: u64, step: Step) -> Self {
+        SlotMsg::Stamped(generation, step)
+    }
+
+    fn panicked(why: String) -> Self {
+        SlotMsg::Panicked(why)
+    }
 }
 
 pub struct SlotState {
+    /// Where the slot is, with the data of that phase (the holding, the task).
     phase: Phase,
-    generation: u64,
-    holding: Option<Holding>,
-    /// The acquire, cycle or handover task in flight (aborted when dropped).
-    task: Option<OwnedTask>,
-    /// The cycle task's stage (`cycle::REQUESTING` / `cycle::PERSISTING`).
-    stage: Arc<AtomicU8>,
+    /// Stamps timers and task results; moving it on drops the older ones.
+    timers: Timers,
+    /// The running cycle's stage: a drain aborts a GET, lets a start or a commit finish.
+    stage: StageCell,
+    /// Delay before the next poll after a failed cycle or acquire.
     backoff: Backoff,
+    /// A drain asked for and not answered yet.
     drain: Option<PendingDrain>,
     /// Consecutive failed cycles while holding (the failover rule).
     failures: FailureRun,
-    /// The acquire in flight adopts an orphan (beyond the fair share).
-    adopting: bool,
 }
 
 struct PendingDrain {
-    close: bool,
+    handover: Handover,
     reply: Option<RpcReplyPort<DrainOutcome>>,
 }
 
@@ -106,9 +115,13 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// Status id and ledger owner: `slot/cpm/3`.
+    /// Status id and ledger owner of a slot: `slot/cpm/3`.
+    pub fn id(slot: SlotId) -> String {
+        format!("slot/{slot}")
+    }
+
     pub fn owner(&self) -> String {
-        format!("slot/{}", self.slot)
+        Self::id(self.slot)
     }
 }
 
@@ -123,14 +136,11 @@ impl Actor for Slot {
         let t = &self.ctx.config.timing;
         Ok(SlotState {
             phase: Phase::Standby,
-            generation: 0,
-            holding: None,
-            task: None,
-            stage: Arc::default(),
+            timers: Timers::default(),
+            stage: StageCell::default(),
             backoff: Backoff::new(t.backoff_base, t.backoff_max),
             drain: None,
             failures: FailureRun::default(),
-            adopting: false,
         })
     }
 
@@ -147,32 +157,38 @@ impl Actor for Slot {
         msg: SlotMsg,
         state: &mut SlotState,
     ) -> Result<(), ActorProcessingErr> {
-        let current = state.generation;
         match msg {
-            SlotMsg::TryAcquire { generation } if generation == current => self.try_acquire(&me, state),
-            SlotMsg::Acquired { generation, result } if generation == current => {
-                self.on_acquired(&me, state, result)?
+            SlotMsg::Stamped(generation, step) if state.timers.is_current(generation) => {
+                self.step(&me, state, step)?
             }
-            SlotMsg::Poll { generation } if generation == current => self.poll(&me, state),
-            SlotMsg::CycleDone { generation, report } if generation == current => self.on_cycle(&me, state, report)?,
-            SlotMsg::HandedOver { generation, closed } if generation == current => {
-                self.on_handed_over(&me, state, closed)
-            }
+            SlotMsg::Stamped(..) => tracing::trace!(slot = %self.slot, "stale timer or task result dropped"),
             SlotMsg::LeaseLost { grant, cause } => self.on_lease_lost(&me, state, grant, cause),
             SlotMsg::Drain { others, reply } => self.on_drain(&me, state, others, reply),
-            _ => tracing::trace!(slot = %self.slot, "stale timer or task result dropped"),
+            SlotMsg::Panicked(why) => return Err(why.into()),
         }
         Ok(())
     }
 
     async fn post_stop(&self, _me: ActorRef<SlotMsg>, state: &mut SlotState) -> Result<(), ActorProcessingErr> {
-        state.task = None;
-        state.holding = None;
+        state.phase = Phase::Drained;
         self.ctx.ledger.cancel_reservation(&self.owner());
         if let Some(lease) = self.ctx.ledger.remove(&self.owner()) {
             self.ctx.release(vec![lease]).await;
         }
         self.ctx.board.set_state(&self.owner(), "stopped");
+        Ok(())
+    }
+}
+
+impl Slot {
+    fn step(&self, me: &ActorRef<SlotMsg>, state: &mut SlotState, step: Step) -> Result<(), ActorProcessingErr> {
+        match step {
+            Step::TryAcquire => self.try_acquire(me, state),
+            Step::Acquired(result) => self.on_acquired(me, state, result)?,
+            Step::Poll => self.poll(me, state),
+            Step::CycleDone(report) => self.on_cycle(me, state, report)?,
+            Step::HandedOver(handover) => self.on_handed_over(me, state, handover),
+        }
         Ok(())
     }
 }

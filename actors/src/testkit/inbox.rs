@@ -2,7 +2,9 @@
 //! fence of the slot's cursor row (created at 0), every `commit` and
 //! `store_cursor` fails with `FenceLost` unless the fence is still the row's,
 //! rows are unique per (channel, resource id) and a commit is all or nothing.
-//! A commit delay makes "abort while persisting" observable.
+//! The gate (DESIGN §2.5) as the SQL does it, on tokio's clock for Postgres's:
+//! every fenced write keeps the row busy, a claim says what is left of the
+//! previous holder's window. A commit delay makes "abort while persisting" observable.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -20,6 +22,8 @@ pub struct CursorRow {
     pub holder: String,
     /// Last claim, commit or cursor store.
     pub updated_at: Instant,
+    /// The gate: no new holder sends before this.
+    pub busy_until: Option<Instant>,
 }
 
 #[derive(Clone, Debug)]
@@ -96,19 +100,26 @@ impl FakeInbox {
         self.lock().audit.clone()
     }
 
-    fn check_fence(t: &mut Table, slot: SlotId, fence: i64) -> Result<(), InboxError> {
+    /// The row while `fence` is still its own.
+    fn fenced(t: &mut Table, slot: SlotId, fence: i64) -> Result<&mut CursorRow, InboxError> {
         let current = t.cursors.get(&slot).map_or(0, |c| c.fence);
         if current != fence {
             t.audit.fence_rejections += 1;
             return Err(InboxError::FenceLost { ours: fence, current });
         }
-        Ok(())
+        t.cursors.get_mut(&slot).ok_or(InboxError::FenceLost { ours: fence, current: 0 })
     }
+}
+
+/// `busy_until = max(busy_until, now + busy_for)`.
+fn arm(row: &mut CursorRow, busy_for: Duration) {
+    let until = Instant::now() + busy_for;
+    row.busy_until = Some(row.busy_until.map_or(until, |b| b.max(until)));
 }
 
 #[async_trait::async_trait]
 impl InboxStore for FakeInbox {
-    async fn claim(&self, slot: SlotId, holder: &str) -> Result<Claim, InboxError> {
+    async fn claim(&self, slot: SlotId, holder: &str, busy_for: Duration) -> Result<Claim, InboxError> {
         let mut t = self.lock();
         if t.fatal_claims {
             return Err(InboxError::Fatal("relation \"slot_cursor\" does not exist".into()));
@@ -119,11 +130,15 @@ impl InboxStore for FakeInbox {
             pull_next: None,
             holder: String::new(),
             updated_at: Instant::now(),
+            busy_until: None,
         });
+        let now = Instant::now();
         row.fence += 1;
         row.holder = holder.to_owned();
-        row.updated_at = Instant::now();
-        Ok(Claim { fence: row.fence, pull_next: row.pull_next.clone() })
+        row.updated_at = now;
+        let start = row.busy_until.map_or(now, |b| b.max(now));
+        row.busy_until = Some(start + busy_for);
+        Ok(Claim { fence: row.fence, pull_next: row.pull_next.clone(), wait: start - now })
     }
 
     async fn commit(
@@ -132,6 +147,7 @@ impl InboxStore for FakeInbox {
         fence: i64,
         batch: &[InboundMessage],
         pull_next: &str,
+        busy_for: Duration,
     ) -> Result<CommitSummary, InboxError> {
         let delay = self.lock().commit_delay;
         tokio::time::sleep(delay).await;
@@ -140,7 +156,7 @@ impl InboxStore for FakeInbox {
             t.fail_commits -= 1;
             return Err(InboxError::Unavailable("fake inbox down".into()));
         }
-        Self::check_fence(&mut t, slot, fence)?;
+        Self::fenced(&mut t, slot, fence)?;
         let mut summary = CommitSummary::default();
         for message in batch {
             if !t.keys.insert((slot.channel, message.resource_id.clone())) {
@@ -158,17 +174,35 @@ impl InboxStore for FakeInbox {
         if let Some(c) = t.cursors.get_mut(&slot) {
             c.pull_next = Some(pull_next.to_owned());
             c.updated_at = Instant::now();
+            arm(c, busy_for);
         }
         Ok(summary)
     }
 
-    async fn store_cursor(&self, slot: SlotId, fence: i64, pull_next: Option<&str>) -> Result<(), InboxError> {
+    async fn store_cursor(
+        &self,
+        slot: SlotId,
+        fence: i64,
+        pull_next: Option<&str>,
+        busy_for: Duration,
+    ) -> Result<(), InboxError> {
         let mut t = self.lock();
-        Self::check_fence(&mut t, slot, fence)?;
-        if let Some(c) = t.cursors.get_mut(&slot) {
-            c.pull_next = pull_next.map(str::to_owned);
-            c.updated_at = Instant::now();
-        }
+        let row = Self::fenced(&mut t, slot, fence)?;
+        row.pull_next = pull_next.map(str::to_owned);
+        row.updated_at = Instant::now();
+        arm(row, busy_for);
+        Ok(())
+    }
+
+    async fn arm(&self, slot: SlotId, fence: i64, busy_for: Duration) -> Result<(), InboxError> {
+        let mut t = self.lock();
+        arm(Self::fenced(&mut t, slot, fence)?, busy_for);
+        Ok(())
+    }
+
+    async fn release(&self, slot: SlotId, fence: i64) -> Result<(), InboxError> {
+        let mut t = self.lock();
+        Self::fenced(&mut t, slot, fence)?.busy_until = None;
         Ok(())
     }
 

@@ -12,6 +12,7 @@ pub mod breaker;
 pub mod bucket;
 pub mod cluster;
 pub mod confirm;
+pub mod gate;
 pub mod icom;
 mod icom_conn;
 pub mod inbox;
@@ -35,6 +36,7 @@ pub use publish::FakePublisher;
 
 pub use breaker::{FakeBreaker, FakeBreakerSettings};
 pub use bucket::{FakeBucket, FakeBucketSettings};
+pub use gate::FakeSendGates;
 pub use confirm::{FakeConfirmations, outbound, outbound_xml, status_report};
 pub use ingress::FakeIngress;
 pub use outbound::{FakeOutboundPolicy, FakeOutboundStore};
@@ -105,6 +107,7 @@ pub struct FakeWorld {
     pub bucket: Arc<FakeBucket>,
     pub breaker: Arc<FakeBreaker>,
     pub icom_out: Arc<FakeIcomOut>,
+    pub gates: Arc<FakeSendGates>,
     pub confirmations: Arc<FakeConfirmations>,
 }
 
@@ -133,6 +136,7 @@ impl FakeWorld {
             bucket: FakeBucket::new(o.bucket),
             breaker: FakeBreaker::new(o.breaker),
             icom_out,
+            gates: FakeSendGates::new(),
             outbound,
         }
     }
@@ -152,6 +156,7 @@ impl FakeWorld {
                 bucket: self.bucket.clone(),
                 breaker: self.breaker.clone(),
                 sends: self.icom_out.connector(pod_id),
+                gates: self.gates.clone(),
                 confirmations: self.confirmations.clone(),
             }),
         }

@@ -10,14 +10,14 @@
 //! again at once, not counted. While draining nothing is restarted.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::exits::{self, ChildKey};
 use super::{RestartError, context::TreeContext};
 use crate::domain::{ChannelId, SlotId};
 use crate::ports::PodBeat;
 use crate::slot::{DrainOutcome, Slot, SlotMsg};
-use crate::supervision::{Supervision, Verdict};
+use crate::supervision::{Plan, Supervision};
 
 pub enum ChannelMsg {
     Respawn {
@@ -37,8 +37,23 @@ pub enum ChannelMsg {
 }
 
 pub struct ChannelState {
-    supervision: Supervision<u8>,
+    supervision: Supervision<SlotId>,
+    /// The pod stops: nothing is restarted any more.
     draining: bool,
+}
+
+impl ChildKey for SlotId {
+    fn id(&self) -> String {
+        Slot::id(*self)
+    }
+
+    fn kind(&self) -> &'static str {
+        "slot"
+    }
+
+    fn owns(&self, owner: &str) -> bool {
+        owner == self.id()
+    }
 }
 
 pub struct Channel {
@@ -63,15 +78,8 @@ impl Channel {
     ) -> Result<(), ActorProcessingErr> {
         let slot = Slot { slot: self.slot_id(n), ctx: self.ctx.clone() };
         let (child, _) = Actor::spawn_linked(None, slot, (), me.get_cell()).await?;
-        state.supervision.adopt(child.get_cell(), n);
+        state.supervision.adopt(child.get_cell(), self.slot_id(n));
         Ok(())
-    }
-
-    /// Releases what a stopped slot held, right away.
-    fn release_slot(&self, n: u8) {
-        let owner = format!("slot/{}", self.slot_id(n));
-        let leases = self.ctx.ledger.take_owned(|o| o == owner);
-        self.ctx.release_in_background(leases);
     }
 }
 
@@ -101,39 +109,27 @@ impl Actor for Channel {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ChannelMsg::Respawn { n, generation } => {
-                if !state.draining && state.supervision.take_respawn(&n, generation) {
+                if !state.draining && state.supervision.take_respawn(&self.slot_id(n), generation) {
                     self.spawn_slot(&me, state, n).await?;
                 }
             }
             ChannelMsg::RestartSlot { n, reply } => {
-                let ok = !state.draining && state.supervision.stop_for_restart(&n, "operator restart");
-                let id = format!("slot/{}", self.slot_id(n));
-                let _ = reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(id)) });
+                let slot = self.slot_id(n);
+                let ok = !state.draining && state.supervision.stop_for_restart(&slot, "operator restart");
+                let _ = reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(slot.id())) });
             }
             ChannelMsg::Drain { others, deadline, reply } => {
                 state.draining = true;
                 state.supervision.cancel_respawns();
                 self.ctx.board.set_state(&Self::id(self.channel), "draining");
                 let slots: Vec<ActorRef<SlotMsg>> = (1..=self.ctx.config.stream_pool.get())
-                    .filter_map(|n| state.supervision.child(&n))
+                    .filter_map(|n| state.supervision.child(&self.slot_id(n)))
                     .map(ActorRef::from)
                     .collect();
                 let budget = deadline.saturating_duration_since(Instant::now());
                 tokio::spawn(async move {
-                    let mut calls = JoinSet::new();
-                    for slot in slots {
-                        let others = others.clone();
-                        calls.spawn(
-                            async move { slot.call(|reply| SlotMsg::Drain { others, reply }, Some(budget)).await },
-                        );
-                    }
-                    let mut outcomes = Vec::new();
-                    while let Some(done) = calls.join_next().await {
-                        if let Ok(Ok(ractor::rpc::CallResult::Success(outcome))) = done {
-                            outcomes.push(outcome);
-                        }
-                    }
-                    let _ = reply.send(outcomes);
+                    let ask = move |reply| SlotMsg::Drain { others: others.clone(), reply };
+                    let _ = reply.send(exits::ask_all(slots, Some(budget), ask).await);
                 });
             }
         }
@@ -146,33 +142,13 @@ impl Actor for Channel {
         event: SupervisionEvent,
         state: &mut ChannelState,
     ) -> Result<(), ActorProcessingErr> {
-        match state.supervision.on_event(&event) {
-            Verdict::Restart { key: n, after, counted, why } => {
-                self.release_slot(n);
-                let id = format!("slot/{}", self.slot_id(n));
-                self.ctx.board.count_restart(&id);
-                crate::metrics::restart("slot");
-                if counted {
-                    tracing::warn!(slot = %id, %why, ?after, "slot failed: restarting it");
-                    self.ctx.board.set_error(&id, why);
-                }
-                self.ctx.board.set_state(&id, "restarting");
-                if state.draining {
-                    return Ok(());
-                }
-                if after.is_zero() {
-                    self.spawn_slot(&me, state, n).await?;
-                } else {
-                    let generation = state.supervision.arm_respawn(n);
-                    me.send_after(after, move || ChannelMsg::Respawn { n, generation });
-                }
+        match exits::settle(&self.ctx, &mut state.supervision, &event, state.draining) {
+            Plan::SpawnNow(slot) => self.spawn_slot(&me, state, slot.n).await?,
+            Plan::Later { key: slot, after, generation } => {
+                me.send_after(after, move || ChannelMsg::Respawn { n: slot.n, generation });
             }
-            Verdict::Escalate { key: n, why } => {
-                self.release_slot(n);
-                return Err(format!("{}: {why}", Self::id(self.channel)).into());
-            }
-            Verdict::Retired(n) => self.release_slot(n),
-            Verdict::Ignore => {}
+            Plan::Escalate(why) => return Err(format!("{}: {why}", Self::id(self.channel)).into()),
+            Plan::Nothing => {}
         }
         Ok(())
     }

@@ -8,12 +8,12 @@
 
 use ractor::ActorRef;
 use ractor::rpc::CallResult;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::DrainReport;
 use super::channel::ChannelMsg;
 use super::context::TreeContext;
+use super::exits;
 use super::heartbeat::HeartbeatMsg;
 use super::leader::LeaderMsg;
 use super::root::tally;
@@ -47,21 +47,9 @@ pub async fn run(
             let _ = leader.call(LeaderMsg::Drain, left()).await;
         }
     };
-    let slots_done = async {
-        let mut calls = JoinSet::new();
-        for ch in channels {
-            // The channel answers by the deadline with what its slots said; a little slack for the answer.
-            let (others, budget) = (others.clone(), left().map(|d| d + SLACK));
-            calls.spawn(async move { ch.call(|reply| ChannelMsg::Drain { others, deadline, reply }, budget).await });
-        }
-        let mut outcomes = Vec::new();
-        while let Some(answer) = calls.join_next().await {
-            if let Ok(Ok(CallResult::Success(o))) = answer {
-                outcomes.extend(o);
-            }
-        }
-        outcomes
-    };
+    // A channel answers by the deadline with what its slots said; a little slack for the answer.
+    let ask = move |reply| ChannelMsg::Drain { others: others.clone(), deadline, reply };
+    let slots_done = async { exits::ask_all(channels, left().map(|d| d + SLACK), ask).await.concat() };
     let ((), outcomes, (dispatcher_stopped, sends)) =
         tokio::join!(leader_done, slots_done, drain_outbound(outbound, deadline));
     let mut report = DrainReport::default();
@@ -89,20 +77,8 @@ async fn drain_outbound(refs: OutboundRefs, deadline: Instant) -> (bool, Vec<Sen
             None => false,
         }
     };
-    let senders = async {
-        let mut calls = JoinSet::new();
-        for senders in refs.senders {
-            let budget = left().map(|d| d + SLACK);
-            calls.spawn(async move { senders.call(|reply| SendChannelMsg::Drain { deadline, reply }, budget).await });
-        }
-        let mut outcomes = Vec::new();
-        while let Some(answer) = calls.join_next().await {
-            if let Ok(Ok(CallResult::Success(o))) = answer {
-                outcomes.extend(o);
-            }
-        }
-        outcomes
-    };
+    let ask = move |reply| SendChannelMsg::Drain { deadline, reply };
+    let senders = async { exits::ask_all(refs.senders, left().map(|d| d + SLACK), ask).await.concat() };
     tokio::join!(dispatcher, senders)
 }
 

@@ -11,14 +11,16 @@
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
+use super::exits::{self, ChildKey};
 use super::sweeper::{self, Sweeper};
 use super::{RestartError, context::TreeContext};
 use crate::backoff::{Backoff, jittered};
-use crate::ledger::{HeldLease, LostNotice};
+use crate::lease::{self, Acquisition};
 use crate::outbound::janitor::{self, OutboundJanitor};
-use crate::ports::{Acquired, GrantId, LeaseError, LostCause, Pool};
-use crate::supervision::{Supervision, Verdict};
+use crate::ports::{GrantId, LostCause, Pool};
+use crate::supervision::{Plan, Supervision};
 use crate::task::OwnedTask;
+use crate::timers::{Stamped, Timers};
 
 pub const ID: &str = "leader";
 
@@ -29,31 +31,38 @@ pub enum Singleton {
     OutboundJanitor,
 }
 
-impl Singleton {
-    pub fn id(self) -> &'static str {
+impl ChildKey for Singleton {
+    fn id(&self) -> String {
+        match self {
+            Singleton::Sweeper => sweeper::ID.into(),
+            Singleton::OutboundJanitor => janitor::ID.into(),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
         match self {
             Singleton::Sweeper => sweeper::ID,
             Singleton::OutboundJanitor => janitor::ID,
         }
     }
+
+    /// Singletons hold no leases: the leader lease is the Leader's own.
+    fn owns(&self, _owner: &str) -> bool {
+        false
+    }
 }
 
-pub enum Campaign {
-    Won(HeldLease, GrantId),
-    Lost,
-    Quarantined(std::time::Duration),
-    Failed(String),
-    Fatal(String),
+/// What the campaign's timer and task bring back.
+pub enum CampaignStep {
+    Campaign,
+    Campaigned(Acquisition),
 }
 
 pub enum LeaderMsg {
-    Campaign {
-        generation: u64,
-    },
-    Campaigned {
-        generation: u64,
-        outcome: Campaign,
-    },
+    /// The campaign's timer or result, stamped.
+    Stamped(u64, CampaignStep),
+    /// The campaign task panicked: the Leader fails (Root releases its lease).
+    Panicked(String),
     LeaseLost {
         grant: GrantId,
         cause: LostCause,
@@ -70,12 +79,28 @@ pub enum LeaderMsg {
     Drain(RpcReplyPort<()>),
 }
 
+impl Stamped for LeaderMsg {
+    type Step = CampaignStep;
+
+    fn stamped(generation: u64, step: CampaignStep) -> Self {
+        LeaderMsg::Stamped(generation, step)
+    }
+
+    fn panicked(why: String) -> Self {
+        LeaderMsg::Panicked(why)
+    }
+}
+
 pub struct LeaderState {
-    generation: u64,
+    /// Stamps the campaign's timer and task.
+    timers: Timers,
+    /// The leader grant while leading (its loss notices stop the singletons).
     leading: Option<GrantId>,
+    /// The campaign (or the drain's release) in flight.
     task: Option<OwnedTask>,
     backoff: Backoff,
     supervision: Supervision<Singleton>,
+    /// The pod stops: no campaign, no restart.
     draining: bool,
 }
 
@@ -92,7 +117,7 @@ impl Actor for Leader {
         self.ctx.board.register(ID, Some("root"), "leader");
         let c = &self.ctx.config;
         Ok(LeaderState {
-            generation: 0,
+            timers: Timers::default(),
             leading: None,
             task: None,
             backoff: Backoff::new(c.timing.backoff_base, c.timing.backoff_max),
@@ -113,12 +138,13 @@ impl Actor for Leader {
         state: &mut LeaderState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            LeaderMsg::Campaign { generation } if generation == state.generation && !state.draining => {
-                self.campaign(&me, state)
-            }
-            LeaderMsg::Campaigned { generation, outcome } if generation == state.generation => {
-                self.on_campaigned(&me, state, outcome).await?
-            }
+            LeaderMsg::Stamped(generation, step) if state.timers.is_current(generation) => match step {
+                CampaignStep::Campaign if !state.draining => self.campaign(&me, state),
+                CampaignStep::Campaign => {}
+                CampaignStep::Campaigned(outcome) => self.on_campaigned(&me, state, outcome).await?,
+            },
+            LeaderMsg::Stamped(..) => tracing::trace!("stale campaign step dropped"),
+            LeaderMsg::Panicked(why) => return Err(why.into()),
             LeaderMsg::LeaseLost { grant, cause } if state.leading.as_ref() == Some(&grant) => {
                 tracing::warn!(%cause, "leader lease lost: stopping the singletons");
                 self.step_down(state);
@@ -143,20 +169,14 @@ impl Actor for Leader {
         event: SupervisionEvent,
         state: &mut LeaderState,
     ) -> Result<(), ActorProcessingErr> {
-        match state.supervision.on_event(&event) {
-            Verdict::Restart { key, after, counted, why } => {
-                self.ctx.board.count_restart(key.id());
-                crate::metrics::restart(key.id());
-                if counted {
-                    self.ctx.board.set_error(key.id(), why);
-                }
-                if state.leading.is_some() && !state.draining {
-                    let generation = state.supervision.arm_respawn(key);
-                    me.send_after(after, move || LeaderMsg::Respawn { singleton: key, generation });
-                }
+        let respawning = state.leading.is_some() && !state.draining;
+        match exits::settle(&self.ctx, &mut state.supervision, &event, !respawning) {
+            Plan::SpawnNow(singleton) => self.spawn_singleton(&me, state, singleton).await?,
+            Plan::Later { key: singleton, after, generation } => {
+                me.send_after(after, move || LeaderMsg::Respawn { singleton, generation });
             }
-            Verdict::Escalate { why, .. } => return Err(format!("leader singletons: {why}").into()),
-            Verdict::Retired(_) | Verdict::Ignore => {}
+            Plan::Escalate(why) => return Err(format!("leader singletons: {why}").into()),
+            Plan::Nothing => {}
         }
         Ok(())
     }
@@ -171,35 +191,16 @@ impl Actor for Leader {
 
 impl Leader {
     fn retry(&self, me: &ActorRef<LeaderMsg>, state: &mut LeaderState, after: std::time::Duration) {
-        state.generation += 1;
-        let generation = state.generation;
-        me.send_after(after, move || LeaderMsg::Campaign { generation });
+        state.timers.arm(me, after, CampaignStep::Campaign);
     }
 
     fn campaign(&self, me: &ActorRef<LeaderMsg>, state: &mut LeaderState) {
         self.ctx.board.set_state(ID, "campaigning");
         // Not leading: an entry under our name is a previous incarnation's leftover.
-        if let Some(orphan) = self.ctx.ledger.remove(ID) {
-            self.ctx.release_in_background(vec![orphan]);
-        }
-        state.generation += 1;
-        let (generation, ctx, me) = (state.generation, self.ctx.clone(), me.clone());
-        state.task = Some(OwnedTask::spawn(async move {
-            let notice_to = me.clone();
-            let notice: LostNotice = Box::new(move |grant, cause| {
-                let _ = notice_to.send_message(LeaderMsg::LeaseLost { grant: grant.clone(), cause });
-            });
-            let outcome = match ctx.ports.leases.acquire(Pool::Leader, Some(1)).await {
-                Ok(Acquired::Granted(lease)) => {
-                    let grant = lease.grant.clone();
-                    Campaign::Won(ctx.ledger.hold(ID, lease, notice), grant)
-                }
-                Ok(Acquired::Full) => Campaign::Lost,
-                Ok(Acquired::Quarantined { remaining }) => Campaign::Quarantined(remaining),
-                Err(LeaseError::Fatal(e)) => Campaign::Fatal(e),
-                Err(e) => Campaign::Failed(e.to_string()),
-            };
-            let _ = me.send_message(LeaderMsg::Campaigned { generation, outcome });
+        lease::release_leftover(&self.ctx, ID);
+        let (ctx, notice) = (self.ctx.clone(), lease::lost_notice(me, |grant, cause| LeaderMsg::LeaseLost { grant, cause }));
+        state.task = Some(state.timers.spawn(me, async move {
+            CampaignStep::Campaigned(lease::acquire(&ctx, ID, Pool::Leader, Some(1), notice).await)
         }));
     }
 
@@ -207,21 +208,21 @@ impl Leader {
         &self,
         me: &ActorRef<LeaderMsg>,
         state: &mut LeaderState,
-        outcome: Campaign,
+        outcome: Acquisition,
     ) -> Result<(), ActorProcessingErr> {
         state.task = None;
         let every = self.ctx.config.timing.acquire_interval;
         match outcome {
-            Campaign::Won(lease, grant) if lease.current().is_some() && !state.draining => {
+            Acquisition::Granted(held) if held.lease.current().is_some() && !state.draining => {
                 tracing::info!(pod = %self.ctx.config.pod_id, "leading the cluster");
                 state.backoff.reset();
-                state.leading = Some(grant);
+                state.leading = Some(held.grant);
                 self.ctx.board.set_state(ID, "leading");
                 for singleton in self.singletons() {
                     self.spawn_singleton(me, state, singleton).await?;
                 }
             }
-            Campaign::Won(..) => {
+            Acquisition::Granted(_) => {
                 if let Some(lease) = self.ctx.ledger.remove(ID) {
                     self.ctx.release_in_background(vec![lease]);
                 }
@@ -229,17 +230,17 @@ impl Leader {
                     self.retry(me, state, jittered(every));
                 }
             }
-            Campaign::Lost => {
+            Acquisition::Full => {
                 self.ctx.board.set_state(ID, "following");
                 self.retry(me, state, jittered(every));
             }
-            Campaign::Quarantined(remaining) => self.retry(me, state, remaining + jittered(every)),
-            Campaign::Failed(why) => {
+            Acquisition::Quarantined(remaining) => self.retry(me, state, remaining + jittered(every)),
+            Acquisition::Retry(why) => {
                 self.ctx.board.set_error(ID, why);
                 let after = state.backoff.next_delay().max(every / 4);
                 self.retry(me, state, after);
             }
-            Campaign::Fatal(why) => return Err(format!("leader campaign: {why}").into()),
+            Acquisition::Fatal(why) => return Err(format!("leader campaign: {why}").into()),
         }
         Ok(())
     }
@@ -296,6 +297,7 @@ impl Leader {
 
     fn drain(&self, state: &mut LeaderState, reply: RpcReplyPort<()>) {
         state.draining = true;
+        state.timers.invalidate();
         state.task = None;
         state.leading = None;
         state.supervision.cancel_respawns();

@@ -15,6 +15,7 @@
 pub mod channel;
 pub mod context;
 mod drain;
+pub mod exits;
 pub mod heartbeat;
 pub mod leader;
 mod root;

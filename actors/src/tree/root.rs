@@ -19,13 +19,14 @@ use tokio::time::Instant;
 use super::channel::{Channel, ChannelMsg};
 use super::heartbeat::{self, HeartbeatMsg, LeaseHeartbeat};
 use super::leader::{self, Leader, LeaderMsg};
+use super::exits::{self, ChildKey};
 use super::{DrainReport, RestartError, TreeExit, context::TreeContext, sweeper};
 use crate::domain::ChannelId;
 use crate::outbound::confirmer::{self, Confirmer};
 use crate::outbound::dispatcher::{self, DispatcherMsg, OutboundDispatcher};
 use crate::outbound::senders::{SendChannel, SendChannelMsg};
 use crate::slot::DrainOutcome;
-use crate::supervision::{Supervision, Verdict};
+use crate::supervision::{Plan, Supervision};
 use crate::watchdog::{self, Watchdog};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,20 +40,20 @@ pub enum RootChild {
     Watchdog,
 }
 
-impl RootChild {
-    fn id(self) -> String {
+impl ChildKey for RootChild {
+    fn id(&self) -> String {
         match self {
             RootChild::Heartbeat => heartbeat::ID.into(),
             RootChild::Leader => leader::ID.into(),
-            RootChild::Channel(ch) => Channel::id(ch),
+            RootChild::Channel(ch) => Channel::id(*ch),
             RootChild::Dispatcher => dispatcher::ID.into(),
             RootChild::Confirmer => confirmer::ID.into(),
-            RootChild::Senders(ch) => SendChannel::id(ch),
+            RootChild::Senders(ch) => SendChannel::id(*ch),
             RootChild::Watchdog => watchdog::ID.into(),
         }
     }
 
-    fn kind(self) -> &'static str {
+    fn kind(&self) -> &'static str {
         match self {
             RootChild::Heartbeat => "lease-heartbeat",
             RootChild::Leader => "leader",
@@ -65,7 +66,7 @@ impl RootChild {
     }
 
     /// Ledger owners in this child's subtree.
-    fn owns(self, owner: &str) -> bool {
+    fn owns(&self, owner: &str) -> bool {
         match self {
             RootChild::Heartbeat => false,
             RootChild::Leader => owner == leader::ID,
@@ -144,38 +145,19 @@ impl Actor for Root {
         event: SupervisionEvent,
         state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
-        match state.supervision.on_event(&event) {
-            Verdict::Restart { key, after, counted, why } => {
-                self.release_subtree(key);
-                let id = key.id();
-                self.ctx.board.count_restart(&id);
-                crate::metrics::restart(key.kind());
-                if counted {
-                    tracing::warn!(actor = %id, %why, ?after, "actor failed: restarting it");
-                    self.ctx.board.set_error(&id, why);
-                }
-                self.ctx.board.set_state(&id, "restarting");
-                if state.draining {
-                    return Ok(());
-                }
-                if after.is_zero() {
-                    self.spawn_child(&me, state, key).await?;
-                } else {
-                    let generation = state.supervision.arm_respawn(key);
-                    me.send_after(after, move || RootMsg::Respawn { child: key, generation });
-                }
+        match exits::settle(&self.ctx, &mut state.supervision, &event, state.draining) {
+            Plan::SpawnNow(child) => self.spawn_child(&me, state, child).await?,
+            Plan::Later { key: child, after, generation } => {
+                me.send_after(after, move || RootMsg::Respawn { child, generation });
             }
-            Verdict::Escalate { key, why } => {
-                self.release_subtree(key);
-                let why = format!("{}: {why}", key.id());
+            Plan::Escalate(why) => {
                 tracing::error!(%why, "restart intensity exceeded: the pod gives up");
                 self.ctx.board.set_state("root", "failed");
                 self.ctx.board.set_error("root", why.clone());
                 self.ctx.set_exit(TreeExit::Escalated(why.clone()));
                 return Err(why.into());
             }
-            Verdict::Retired(key) => self.release_subtree(key),
-            Verdict::Ignore => {}
+            Plan::Nothing => {}
         }
         Ok(())
     }
@@ -219,11 +201,6 @@ impl Root {
         };
         state.supervision.adopt(cell, child);
         Ok(())
-    }
-
-    fn release_subtree(&self, child: RootChild) {
-        let leases = self.ctx.ledger.take_owned(|o| child.owns(o));
-        self.ctx.release_in_background(leases);
     }
 
     fn child_ref<M: ractor::Message>(state: &RootState, child: RootChild) -> Option<ActorRef<M>> {

@@ -55,6 +55,7 @@ pub fn config(pod: &str, slots: u8) -> TreeConfig {
             heartbeat: ms(500),
             long_poll_timeout: ms(1200),
             request_margin: ms(50),
+            gate_margin: ms(200),
             acquire_interval: ms(300),
             empty_poll_floor: ms(200),
             backoff_base: ms(50),

@@ -82,7 +82,7 @@ async fn a_stale_fence_cannot_commit() {
     inject(&world, "y", 2);
     eventually("batch received", ms(3000), || world.icom.audit(CPM).delivered == 2).await;
     // Another holder claims the slot (e.g. after a partition): fence 2.
-    world.inbox.claim(slot(1), "intruder").await.unwrap();
+    world.inbox.claim(slot(1), "intruder", ms(1400)).await.unwrap();
     eventually("commit refused", ms(3000), || world.inbox.audit().fence_rejections >= 1).await;
     assert_eq!(world.icom.audit(CPM).acked, 0, "a refused commit acknowledges nothing");
     assert_all_delivered_once(&world, ms(10_000)).await;

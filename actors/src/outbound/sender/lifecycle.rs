@@ -1,5 +1,5 @@
 //! The sender's transitions: each handler moves the state machine one step,
-//! arms at most one continuation (timer or task) under a fresh generation and
+//! arms at most one continuation (timer or task) under a fresh stamp and
 //! writes the new state on the status board.
 
 use std::time::Duration;
@@ -8,132 +8,101 @@ use ractor::{ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
 use super::{
-    Acquire, Holding, Phase, Sender, SenderDrain, SenderMsg, SenderState, TurnEnd, TurnInput, TurnReport, turn,
+    Drain, Holding, Pause, Phase, SendGrant, Sender, SenderDrain, SenderMsg, SenderState, Step, TurnEnd, TurnInput,
+    TurnReport, grant, turn,
 };
 use crate::backoff::jittered;
-use crate::ledger::LostNotice;
-use crate::ports::{Acquired, GrantId, LeaseError, LostCause, Pool};
-use crate::task::OwnedTask;
+use crate::lease::{self, Acquisition};
+use crate::ports::outbound::BatchSize;
+use crate::ports::{GrantId, LostCause};
+use crate::tree::context::TreeContext;
 
 type Me = ActorRef<SenderMsg>;
 
 impl Sender {
     pub(super) fn enter(&self, state: &mut SenderState, phase: Phase) {
-        state.phase = phase;
         self.ctx.board.set_state(&self.owner(), phase.name());
-    }
-
-    fn next_generation(state: &mut SenderState) -> u64 {
-        state.generation += 1;
-        state.generation
-    }
-
-    fn arm(&self, me: &Me, state: &mut SenderState, after: Duration, msg: fn(u64) -> SenderMsg) {
-        let generation = Self::next_generation(state);
-        if after.is_zero() {
-            let _ = me.send_message(msg(generation));
-        } else {
-            me.send_after(after, move || msg(generation));
-        }
+        state.phase = phase;
     }
 
     fn paused(state: &SenderState) -> bool {
-        state.paused_until.is_some_and(|t| t > Instant::now())
+        state.pause.is_some_and(|p| p.until() > Instant::now())
+    }
+
+    fn draining(state: &SenderState) -> bool {
+        state.drain.is_some()
     }
 
     pub(super) fn on_wake(&self, me: &Me, state: &mut SenderState) {
-        if state.draining || Self::paused(state) {
+        if Self::draining(state) || Self::paused(state) {
             return;
         }
         match state.phase {
-            // Refused lately: the armed TryAcquire serves this wake (its generation stays current).
-            Phase::Standby if Self::acquire_held_back(state) => state.woken = true,
-            Phase::Standby => self.acquire(me, state),
-            Phase::Idle => self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation }),
+            // Refused lately: the armed TryAcquire serves this wake (its stamp stays current).
+            Phase::Standby { not_before: Some(t) } if t > Instant::now() => state.woken = true,
+            Phase::Standby { .. } => self.acquire(me, state),
+            Phase::Idle(_) => state.timers.arm(me, Duration::ZERO, Step::Turn),
             // The turn may have looked before the new row: look again right after it;
             // an acquire refused now retries on its timer even if the last depth read saw nothing.
-            Phase::Acquiring | Phase::Sending | Phase::Releasing => state.woken = true,
+            Phase::Acquiring { .. } | Phase::Sending { .. } | Phase::Releasing { .. } => state.woken = true,
             Phase::Drained => {}
         }
     }
 
-    fn acquire_held_back(state: &SenderState) -> bool {
-        state.acquire_not_before.is_some_and(|t| t > Instant::now())
-    }
-
     /// No acquire before `after` from now (a wake meanwhile is remembered); the timer tries then.
     fn retry_acquire(&self, me: &Me, state: &mut SenderState, after: Duration) {
-        state.acquire_not_before = Some(Instant::now() + after);
-        self.arm(me, state, after, |generation| SenderMsg::TryAcquire { generation });
+        self.enter(state, Phase::Standby { not_before: Some(Instant::now() + after) });
+        state.timers.arm(me, after, Step::TryAcquire);
     }
 
     pub(super) fn acquire(&self, me: &Me, state: &mut SenderState) {
-        if state.phase != Phase::Standby || state.draining {
+        if !matches!(state.phase, Phase::Standby { .. }) || Self::draining(state) {
             return;
         }
-        // Standby holds nothing: an entry under our name is a killed incarnation's leftover.
-        if let Some(orphan) = self.ctx.ledger.remove(&self.owner()) {
-            self.ctx.release_in_background(vec![orphan]);
-        }
-        self.enter(state, Phase::Acquiring);
-        let generation = Self::next_generation(state);
-        let (ctx, owner, channel, me) = (self.ctx.clone(), self.owner(), self.channel, me.clone());
-        state.task = Some(OwnedTask::spawn(async move {
-            let notice_to = me.clone();
-            let notice: LostNotice = Box::new(move |grant, cause| {
-                let _ = notice_to.send_message(SenderMsg::LeaseLost { grant: grant.clone(), cause });
-            });
-            let result = match ctx.ports.leases.acquire(Pool::Send(channel), None).await {
-                Ok(Acquired::Granted(lease)) => {
-                    let (grant, slot) = (lease.grant.clone(), lease.slot);
-                    Acquire::Granted { lease: ctx.ledger.hold(&owner, lease, notice), grant, slot }
-                }
-                Ok(Acquired::Full) => Acquire::Full,
-                Ok(Acquired::Quarantined { remaining }) => Acquire::Quarantined(remaining),
-                Err(LeaseError::Fatal(e)) => Acquire::Fatal(format!("lease store fatal: {e}")),
-                Err(e) => Acquire::Failed(e.to_string()),
-            };
-            let _ = me.send_message(SenderMsg::Acquired { generation, result });
-        }));
+        lease::release_leftover(&self.ctx, &self.owner());
+        let (ctx, ports, owner, channel) = (self.ctx.clone(), self.ports.clone(), self.owner(), self.channel);
+        let (timeout, notice) = (self.config.send_timeout, lease::lost_notice(me, lost));
+        let task = state.timers.spawn(me, async move {
+            Step::Acquired(grant::run(ctx, ports, owner, channel, timeout, notice).await)
+        });
+        self.enter(state, Phase::Acquiring { task });
     }
 
     pub(super) fn on_acquired(
         &self,
         me: &Me,
         state: &mut SenderState,
-        result: Acquire,
+        result: Acquisition<Box<SendGrant>>,
     ) -> Result<(), ActorProcessingErr> {
-        state.task = None;
         let every = self.ctx.config.timing.acquire_interval;
         let retry = match result {
-            Acquire::Granted { lease, grant, slot } if lease.current().is_some() => {
+            Acquisition::Granted(granted) if granted.held.lease.current().is_some() => {
+                let SendGrant { held, gate } = *granted;
                 let conn = Some(self.ports.sends.sender(self.channel));
-                state.holding = Some(Holding { lease, grant, conn, last_work: Instant::now(), lost: false });
-                self.ctx.board.set_detail(&self.owner(), "slot", slot);
+                let holding =
+                    Holding { lease: held.lease, grant: held.grant, slot: held.slot, gate, conn, last_work: Instant::now(), lost: false };
+                self.ctx.board.set_detail(&self.owner(), "slot", held.slot);
                 // The first turn runs now: it serves a wake that came while acquiring.
-                (state.woken, state.acquire_not_before) = (false, None);
-                if state.draining {
-                    self.release(me, state);
+                state.woken = false;
+                if Self::draining(state) {
+                    self.release(me, state, holding);
                     return Ok(());
                 }
-                self.enter(state, Phase::Idle);
+                self.enter(state, Phase::Idle(holding));
                 self.turn(me, state);
                 return Ok(());
             }
-            Acquire::Granted { .. } => jittered(every),
-            Acquire::Full => jittered(every),
-            Acquire::Quarantined(remaining) => remaining + jittered(every),
-            Acquire::Failed(why) => {
+            Acquisition::Granted(_) | Acquisition::Full => jittered(every),
+            Acquisition::Quarantined(remaining) => remaining + jittered(every),
+            Acquisition::Retry(why) => {
                 self.ctx.board.set_error(&self.owner(), why);
                 state.backoff.next_delay().max(every / 4)
             }
-            Acquire::Fatal(why) => return Err(why.into()),
+            Acquisition::Fatal(why) => return Err(why.into()),
         };
-        if let Some(orphan) = self.ctx.ledger.remove(&self.owner()) {
-            self.ctx.release_in_background(vec![orphan]);
-        }
-        self.enter(state, Phase::Standby);
-        if state.draining {
+        lease::release_leftover(&self.ctx, &self.owner());
+        if Self::draining(state) {
+            self.enter(state, Phase::Standby { not_before: None });
             self.finish_drain(state);
         } else {
             self.retry_acquire(me, state, retry);
@@ -142,12 +111,15 @@ impl Sender {
     }
 
     pub(super) fn turn(&self, me: &Me, state: &mut SenderState) {
-        if state.phase != Phase::Idle || state.draining {
+        if Self::draining(state) {
             return;
         }
-        let Some(holding) = state.holding.as_mut() else { return };
+        let Some(mut holding) = take_idle(state) else { return };
         let conn = holding.conn.take().unwrap_or_else(|| self.ports.sends.sender(self.channel));
+        let gate = holding.gate.clone();
+        holding.gate = gate.clone().aborted();
         let c = &self.ctx.config;
+        let size = if state.split { BatchSize::new(1).unwrap_or(BatchSize::MAX) } else { self.config.batch_size };
         let input = TurnInput {
             config: self.config.clone(),
             ports: self.ports.clone(),
@@ -156,16 +128,13 @@ impl Sender {
             lease: holding.lease.clone(),
             lease_budget: self.config.send_timeout + c.timing.request_margin,
             clock: self.ctx.clock,
-            single: state.single,
+            size,
+            gate,
+            slot: holding.slot,
             publishing: state.publishing.take(),
         };
-        let generation = Self::next_generation(state);
-        let me = me.clone();
-        state.task = Some(OwnedTask::spawn(async move {
-            let report = turn::run(input, conn).await;
-            let _ = me.send_message(SenderMsg::TurnDone { generation, report: Box::new(report) });
-        }));
-        self.enter(state, Phase::Sending);
+        let task = state.timers.spawn(me, async move { Step::TurnDone(Box::new(turn::run(input, conn).await)) });
+        self.enter(state, Phase::Sending { holding, task });
     }
 
     pub(super) fn on_turn(
@@ -174,56 +143,57 @@ impl Sender {
         state: &mut SenderState,
         mut report: TurnReport,
     ) -> Result<(), ActorProcessingErr> {
-        state.task = None;
         state.publishing = report.publishing.take();
         self.show(&report);
         let woken = std::mem::take(&mut state.woken);
-        let Some(holding) = state.holding.as_mut() else {
-            self.enter(state, Phase::Standby);
+        let Phase::Sending { mut holding, .. } = std::mem::replace(&mut state.phase, Phase::Standby { not_before: None })
+        else {
+            self.enter(state, Phase::Standby { not_before: None });
             return Ok(());
         };
         holding.conn = report.conn;
-        let lost = holding.lost;
+        holding.gate = report.gate;
         if matches!(report.end, TurnEnd::Sent { .. } | TurnEnd::RateLimited { .. }) {
             holding.last_work = Instant::now();
-            state.drain.finished_send = state.draining;
+            if let Some(drain) = state.drain.as_mut() {
+                drain.report.finished_send = true;
+            }
         }
-        self.enter(state, Phase::Idle);
         if let TurnEnd::LeaseLost(why) = &report.end {
             self.lose(me, state, why.clone());
             return Ok(());
         }
-        if lost {
+        if holding.lost {
             self.lose(me, state, "send lease lost during the turn".into());
             return Ok(());
         }
-        if state.draining {
-            self.release(me, state);
+        if Self::draining(state) {
+            self.release(me, state, holding);
             return Ok(());
         }
+        self.enter(state, Phase::Idle(holding));
         match report.end {
             TurnEnd::Sent { .. } => {
-                state.single = false;
+                state.split = false;
                 state.backoff.reset();
-                self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation });
+                state.timers.arm(me, Duration::ZERO, Step::Turn);
             }
             TurnEnd::TooLarge => {
-                state.single = true;
-                self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation });
+                state.split = true;
+                state.timers.arm(me, Duration::ZERO, Step::Turn);
             }
-            TurnEnd::Empty if woken => self.arm(me, state, Duration::ZERO, |generation| SenderMsg::Turn { generation }),
+            TurnEnd::Empty if woken => state.timers.arm(me, Duration::ZERO, Step::Turn),
             TurnEnd::Empty => self.idle(me, state),
             TurnEnd::RateLimited { retry_after } | TurnEnd::BucketWait { retry_after } => {
-                self.pause(me, state, retry_after)
+                self.pause(me, state, Pause::Until(Instant::now() + retry_after))
             }
             TurnEnd::BreakerRefused { retry_after, .. } => {
-                self.pause(me, state, retry_after);
-                state.paused_for_breaker = true;
+                self.pause(me, state, Pause::BreakerOpen { until: Instant::now() + retry_after })
             }
             TurnEnd::Backoff(why) => {
                 self.ctx.board.set_error(&self.owner(), why);
                 let delay = state.backoff.next_delay();
-                self.pause(me, state, delay);
+                self.pause(me, state, Pause::Until(Instant::now() + delay));
             }
             TurnEnd::LeaseLost(_) => {}
             TurnEnd::Fatal(why) => return Err(why.into()),
@@ -245,84 +215,97 @@ impl Sender {
 
     /// No work: look again after `idle_poll` (or on a wake), release after `idle_release`.
     fn idle(&self, me: &Me, state: &mut SenderState) {
-        let since = state.holding.as_ref().map_or(Duration::MAX, |h| h.last_work.elapsed());
+        let since = match &state.phase {
+            Phase::Idle(h) => h.last_work.elapsed(),
+            _ => Duration::MAX,
+        };
         if since >= self.config.idle_release {
-            return self.release(me, state);
+            return self.release_idle(me, state);
         }
-        self.arm(me, state, self.config.idle_poll, |generation| SenderMsg::Turn { generation });
+        state.timers.arm(me, self.config.idle_poll, Step::Turn);
     }
 
-    /// Nothing may be sent for `after`: keep the lease for a short pause, release it for a long one.
-    fn pause(&self, me: &Me, state: &mut SenderState, after: Duration) {
-        state.paused_until = Some(Instant::now() + after);
-        state.paused_for_breaker = false;
+    /// Nothing may be sent until the pause ends: keep the lease for a short pause, release it for a long one.
+    fn pause(&self, me: &Me, state: &mut SenderState, pause: Pause) {
+        state.pause = Some(pause);
+        let after = pause.until().saturating_duration_since(Instant::now());
         if after >= self.config.idle_release {
-            self.release(me, state);
+            self.release_idle(me, state);
         } else {
-            self.arm(me, state, after, |generation| SenderMsg::Turn { generation });
+            state.timers.arm(me, after, Step::Turn);
         }
     }
 
     /// The breaker was seen closed: a pause it caused ends now, and the sender
     /// looks for work (it may have released its lease for the pause).
     pub(super) fn on_breaker_closed(&self, me: &Me, state: &mut SenderState) {
-        if !std::mem::take(&mut state.paused_for_breaker) || !Self::paused(state) {
+        if !matches!(state.pause, Some(Pause::BreakerOpen { .. })) || !Self::paused(state) {
             return;
         }
         tracing::info!(sender = %self.owner(), "breaker closed: resuming before its break time");
-        state.paused_until = None;
+        state.pause = None;
         if self.work_likely() {
             self.on_wake(me, state);
         }
     }
 
-    pub(super) fn release(&self, me: &Me, state: &mut SenderState) {
-        state.holding = None;
-        self.enter(state, Phase::Releasing);
-        let generation = Self::next_generation(state);
-        let (ctx, owner, me) = (self.ctx.clone(), self.owner(), me.clone());
-        let publishing = state.publishing.take();
-        state.task = Some(OwnedTask::spawn(async move {
+    /// Releases the slot held while idle.
+    fn release_idle(&self, me: &Me, state: &mut SenderState) {
+        if let Some(holding) = take_idle(state) {
+            self.release(me, state, holding);
+        }
+    }
+
+    /// Gives the slot back in a task: after the last publish, the gate settled, the lease released.
+    fn release(&self, me: &Me, state: &mut SenderState, holding: Holding) {
+        let (ctx, owner, publishing) = (self.ctx.clone(), self.owner(), state.publishing.take());
+        let (gates, channel) = (self.ports.gates.clone(), self.channel);
+        let task = state.timers.spawn(me, async move {
             // A sender back in standby (or drained) has published what it recorded (or left it to the sweep).
             if let Some(publishing) = publishing {
                 let _ = publishing.await;
             }
-            if let Some(lease) = ctx.ledger.remove(&owner) {
-                ctx.release(vec![lease]).await;
+            let Holding { slot, gate, .. } = holding;
+            if gate.may_clear(Instant::now()) {
+                if let Err(e) = gates.release(channel, slot, gate.fence).await {
+                    tracing::warn!(%channel, slot, error = %e, "send gate not cleared: the next holder waits it out");
+                }
             }
-            let _ = me.send_message(SenderMsg::Released { generation });
-        }));
+            release_lease(&ctx, &owner).await;
+            Step::Released
+        });
+        self.enter(state, Phase::Releasing { task });
     }
 
     pub(super) fn on_released(&self, me: &Me, state: &mut SenderState) {
-        state.task = None;
         self.ctx.board.remove_detail(&self.owner(), "slot");
-        if state.draining {
-            state.drain.released = true;
+        if let Some(drain) = state.drain.as_mut() {
+            drain.report.released = true;
+            self.enter(state, Phase::Standby { not_before: None });
             return self.finish_drain(state);
         }
-        self.enter(state, Phase::Standby);
+        self.enter(state, Phase::Standby { not_before: None });
         let woken = std::mem::take(&mut state.woken);
         if Self::paused(state) {
-            let after = state.paused_until.map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()));
-            self.arm(me, state, after, |generation| SenderMsg::TryAcquire { generation });
+            let after = state.pause.map_or(Duration::ZERO, |p| p.until().saturating_duration_since(Instant::now()));
+            state.timers.arm(me, after, Step::TryAcquire);
         } else if woken {
             self.acquire(me, state);
         }
     }
 
-    /// The lease is gone: drop the connection, give the ledger entry back, standby.
+    /// The lease is gone: drop the connection, give the ledger entry back,
+    /// standby. The gate is left standing (a POST may be in flight).
     fn lose(&self, me: &Me, state: &mut SenderState, why: String) {
         tracing::warn!(sender = %self.owner(), %why, "send lease lost");
-        state.task = None;
-        state.holding = None;
+        state.phase = Phase::Standby { not_before: None };
         if let Some(lease) = self.ctx.ledger.remove(&self.owner()) {
             self.ctx.release_in_background(vec![lease]);
         }
         self.ctx.board.set_error(&self.owner(), why);
         self.ctx.board.remove_detail(&self.owner(), "slot");
-        self.enter(state, Phase::Standby);
-        if state.draining {
+        if Self::draining(state) {
+            self.enter(state, Phase::Standby { not_before: None });
             return self.finish_drain(state);
         }
         let every = self.ctx.config.timing.acquire_interval;
@@ -330,31 +313,53 @@ impl Sender {
     }
 
     pub(super) fn on_lease_lost(&self, me: &Me, state: &mut SenderState, grant: GrantId, cause: LostCause) {
-        let Some(holding) = state.holding.as_mut().filter(|h| h.grant == grant) else { return };
+        let Some(holding) = state.phase.holding_mut().filter(|h| h.grant == grant) else { return };
         crate::metrics::lease_lost("send");
         holding.lost = true;
         // A turn in flight finishes and is recorded; an idle sender stops at once.
-        if state.phase == Phase::Idle {
+        if matches!(state.phase, Phase::Idle(_)) {
             self.lose(me, state, format!("send lease lost: {cause}"));
         }
     }
 
     pub(super) fn on_drain(&self, me: &Me, state: &mut SenderState, reply: RpcReplyPort<SenderDrain>) {
-        state.draining = true;
-        state.drain_reply = Some(reply);
+        state.drain = Some(Drain { reply: Some(reply), report: SenderDrain::default() });
         match state.phase {
-            Phase::Standby | Phase::Drained => self.finish_drain(state),
-            Phase::Idle => self.release(me, state),
+            Phase::Standby { .. } | Phase::Drained => self.finish_drain(state),
+            Phase::Idle(_) => self.release_idle(me, state),
             // An acquire, a turn or a release finishes first.
-            Phase::Acquiring | Phase::Sending | Phase::Releasing => {}
+            Phase::Acquiring { .. } | Phase::Sending { .. } | Phase::Releasing { .. } => {}
         }
     }
 
     fn finish_drain(&self, state: &mut SenderState) {
-        state.generation += 1;
+        state.timers.invalidate();
         self.enter(state, Phase::Drained);
-        if let Some(reply) = state.drain_reply.take() {
-            let _ = reply.send(state.drain);
+        if let Some(drain) = state.drain.as_mut()
+            && let Some(reply) = drain.reply.take()
+        {
+            let _ = reply.send(drain.report);
         }
+    }
+}
+
+/// The holding of an idle sender, taken out of its phase; any other phase is left as it is.
+fn take_idle(state: &mut SenderState) -> Option<Holding> {
+    match std::mem::replace(&mut state.phase, Phase::Drained) {
+        Phase::Idle(holding) => Some(holding),
+        other => {
+            state.phase = other;
+            None
+        }
+    }
+}
+
+fn lost(grant: GrantId, cause: LostCause) -> SenderMsg {
+    SenderMsg::LeaseLost { grant, cause }
+}
+
+async fn release_lease(ctx: &TreeContext, owner: &str) {
+    if let Some(lease) = ctx.ledger.remove(owner) {
+        ctx.release(vec![lease]).await;
     }
 }

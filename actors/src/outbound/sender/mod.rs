@@ -1,16 +1,19 @@
 //! Sender(channel, k): one send slot of a channel on this pod. Standby until
 //! rows may be ready (the dispatcher's hints), then acquires ANY free slot of
-//! the cluster-wide `Pool::Send(channel)`, opens a fresh connection, and plays
-//! turns (one batch each, in a spawned task) while there is work; after
-//! `idle_release` without work, or a pause longer than that (breaker open,
-//! 429, empty bucket), it releases the lease; a pause for an open breaker ends
-//! as soon as SendChannel sees it closed. Nothing is sent outside a valid
-//! lease: each turn checks the lease has room for a whole send first. A lease
+//! the cluster-wide `Pool::Send(channel)` and claims that slot's gate row
+//! (next fence, the previous holder's busy window: DESIGN §2.5), opens a fresh
+//! connection, and plays turns (one batch each, in a spawned task) while
+//! there is work; after `idle_release` without work, or a pause longer than
+//! that (breaker open, 429, empty bucket), it releases the lease; a pause for
+//! an open breaker ends as soon as SendChannel sees it closed. Nothing is sent
+//! outside a valid lease and an armed gate: each turn checks the lease has
+//! room for a whole send and passes the gate just before the POST. A lease
 //! lost during a send lets that send finish and be recorded, then the sender
 //! drops the connection and goes standby.
 //!
 //! Standby → Acquiring → Idle ⇄ Sending → (Releasing) → Standby; Drained.
 
+mod grant;
 mod lifecycle;
 mod turn;
 pub mod verdict;
@@ -26,12 +29,19 @@ use super::{OutboundConfig, OutboundPorts};
 use crate::backoff::Backoff;
 use crate::config::TreeTiming;
 use crate::domain::ChannelId;
+use crate::gate::Gate;
+use crate::lease::Acquisition;
 use crate::ledger::HeldLease;
 use crate::ports::breaker::BreakerState;
+use crate::ports::outbound::BatchSize;
 use crate::ports::{GrantId, IcomSender, LostCause};
 use crate::slot::schedule::WallClock;
 use crate::task::OwnedTask;
+use crate::timers::{Stamped, Timers};
 use crate::tree::context::TreeContext;
+use crate::tree::exits::ChildKey;
+
+pub use grant::SendGrant;
 
 /// What one turn needs; the connection travels alongside.
 pub struct TurnInput {
@@ -43,8 +53,12 @@ pub struct TurnInput {
     /// A send starts only while the lease is valid for this long (send timeout + margin).
     pub lease_budget: Duration,
     pub clock: WallClock,
-    /// Take one message only (the last batch was over the body limit).
-    pub single: bool,
+    /// How many rows to take (one after a batch over the body limit).
+    pub size: BatchSize,
+    /// The send slot's gate (fence, armed request); it comes back in the report.
+    pub gate: Gate,
+    /// Which send slot the gate is of.
+    pub slot: u8,
     /// The previous turn's result events, maybe still being published.
     pub publishing: Option<JoinHandle<()>>,
 }
@@ -106,6 +120,7 @@ pub struct TurnReport {
     pub end: TurnEnd,
     /// `None` when the connection broke (timeout, transport): a fresh one is opened.
     pub conn: Option<Box<dyn IcomSender>>,
+    pub gate: Gate,
     pub took: Duration,
     pub breaker: Option<BreakerState>,
     /// Result events still being published: the next turn waits for them before publishing its own.
@@ -121,34 +136,11 @@ pub struct SenderDrain {
     pub finished_send: bool,
 }
 
-pub enum Acquire {
-    Granted { lease: HeldLease, grant: GrantId, slot: u8 },
-    Full,
-    Quarantined(Duration),
-    Failed(String),
-    Fatal(String),
-}
-
 pub enum SenderMsg {
     /// Rows may be ready on the channel (dispatcher hint).
     Wake,
-    TryAcquire {
-        generation: u64,
-    },
-    Acquired {
-        generation: u64,
-        result: Acquire,
-    },
-    Turn {
-        generation: u64,
-    },
-    TurnDone {
-        generation: u64,
-        report: Box<TurnReport>,
-    },
-    Released {
-        generation: u64,
-    },
+    /// A timer or task result, stamped with the generation it was armed in.
+    Stamped(u64, Step),
     LeaseLost {
         grant: GrantId,
         cause: LostCause,
@@ -157,62 +149,144 @@ pub enum SenderMsg {
     /// pod's successful probe): a pause for an open breaker ends now.
     BreakerClosed,
     Drain(RpcReplyPort<SenderDrain>),
+    /// A task of this sender panicked: it fails, its supervisor releases the lease.
+    Panicked(String),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a sender's timers and tasks bring back.
+pub enum Step {
+    TryAcquire,
+    Acquired(Acquisition<Box<SendGrant>>),
+    Turn,
+    TurnDone(Box<TurnReport>),
+    Released,
+}
+
+impl Stamped for SenderMsg {
+    type Step = Step;
+
+    fn stamped(generation: u64, step: Step) -> Self {
+        SenderMsg::Stamped(generation, step)
+    }
+
+    fn panicked(why: String) -> Self {
+        SenderMsg::Panicked(why)
+    }
+}
+
+/// Where the sender is, with that phase's data.
 pub enum Phase {
-    Standby,
-    Acquiring,
-    Idle,
-    Sending,
-    Releasing,
+    /// Holds nothing. No acquire before `not_before` (refused or lost lately), however often woken.
+    Standby { not_before: Option<Instant> },
+    /// Acquiring a send lease and claiming its gate row in `task`.
+    Acquiring { task: OwnedTask },
+    /// Holds a send slot, no turn running.
+    Idle(Holding),
+    /// A turn runs in `task`, which owns the connection and the live gate;
+    /// `holding.gate` is what an abort would leave behind (its POST in doubt).
+    Sending { holding: Holding, task: OwnedTask },
+    /// Giving the lease back in `task` (after the last publish, with the gate settled).
+    Releasing { task: OwnedTask },
+    /// The pod stops: idle for good.
     Drained,
 }
 
 impl Phase {
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
-            Phase::Standby => "standby",
-            Phase::Acquiring => "acquiring",
-            Phase::Idle => "idle",
-            Phase::Sending => "sending",
-            Phase::Releasing => "releasing",
+            Phase::Standby { .. } => "standby",
+            Phase::Acquiring { .. } => "acquiring",
+            Phase::Idle(_) => "idle",
+            Phase::Sending { .. } => "sending",
+            Phase::Releasing { .. } => "releasing",
             Phase::Drained => "drained",
+        }
+    }
+
+    fn holding_mut(&mut self) -> Option<&mut Holding> {
+        match self {
+            Phase::Idle(h) | Phase::Sending { holding: h, .. } => Some(h),
+            _ => None,
         }
     }
 }
 
+/// A send slot held.
 pub struct Holding {
     lease: HeldLease,
+    /// Loss notices naming another grant are not ours.
     grant: GrantId,
+    /// Which slot of the send pool.
+    slot: u8,
+    /// The slot's durable permit.
+    gate: Gate,
+    /// `None`: open a fresh connection for the next POST (after a broken one).
     conn: Option<Box<dyn IcomSender>>,
+    /// Last POST (or 429): the idle release counts from here.
     last_work: Instant,
     /// The heartbeat reported it lost while a turn was running.
     lost: bool,
 }
 
+/// Why nothing may be sent for now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause {
+    /// A 429, an empty bucket or a backoff: until then.
+    Until(Instant),
+    /// An open breaker: until then, or until SendChannel sees it closed.
+    BreakerOpen { until: Instant },
+}
+
+impl Pause {
+    fn until(self) -> Instant {
+        match self {
+            Pause::Until(t) | Pause::BreakerOpen { until: t } => t,
+        }
+    }
+}
+
+/// A drain asked for, and what the sender will answer.
+struct Drain {
+    reply: Option<RpcReplyPort<SenderDrain>>,
+    report: SenderDrain,
+}
+
 pub struct SenderState {
     phase: Phase,
-    generation: u64,
-    holding: Option<Holding>,
-    task: Option<OwnedTask>,
-    watcher: Option<OwnedTask>,
+    timers: Timers,
     /// The last turn's result events being published (not aborted if the sender stops: the outbox is swept anyway).
     publishing: Option<JoinHandle<()>>,
+    /// Work-hint watcher: turns the dispatcher's signals into `Wake`s.
+    watcher: Option<OwnedTask>,
     backoff: Backoff,
-    /// Do not acquire or send before this (breaker open, 429, empty bucket).
-    paused_until: Option<Instant>,
-    /// The pause is an open breaker's: it ends when the breaker is seen closed.
-    paused_for_breaker: bool,
-    single: bool,
+    pause: Option<Pause>,
+    /// The last batch was over the body limit: the next turn takes one message.
+    split: bool,
     /// A wake arrived that could not be served at once (mid-turn, releasing,
     /// refused a lease lately): served as soon as the sender may act on it.
     woken: bool,
-    /// Refused a lease (or lost one): no acquire before this, however often woken.
-    acquire_not_before: Option<Instant>,
-    draining: bool,
-    drain: SenderDrain,
-    drain_reply: Option<RpcReplyPort<SenderDrain>>,
+    drain: Option<Drain>,
+}
+
+/// A sender's key under SendChannel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SenderId {
+    pub channel: ChannelId,
+    pub n: u8,
+}
+
+impl ChildKey for SenderId {
+    fn id(&self) -> String {
+        Sender::id(self.channel, self.n)
+    }
+
+    fn kind(&self) -> &'static str {
+        "sender"
+    }
+
+    fn owns(&self, owner: &str) -> bool {
+        owner == self.id()
+    }
 }
 
 pub struct Sender {
@@ -249,21 +323,15 @@ impl Actor for Sender {
         self.ctx.board.register(&self.owner(), Some(&parent), "sender");
         let t = &self.ctx.config.timing;
         Ok(SenderState {
-            phase: Phase::Standby,
-            generation: 0,
-            holding: None,
-            task: None,
-            watcher: None,
+            phase: Phase::Standby { not_before: None },
+            timers: Timers::default(),
             publishing: None,
+            watcher: None,
             backoff: Backoff::new(t.backoff_base, t.backoff_max),
-            paused_until: None,
-            paused_for_breaker: false,
-            single: false,
+            pause: None,
+            split: false,
             woken: false,
-            acquire_not_before: None,
-            draining: false,
-            drain: SenderDrain::default(),
-            drain_reply: None,
+            drain: None,
         })
     }
 
@@ -277,7 +345,7 @@ impl Actor for Sender {
                 }
             }
         }));
-        self.enter(state, Phase::Standby);
+        self.enter(state, Phase::Standby { not_before: None });
         if self.ctx.signal.depth().is_some() && self.work_likely() {
             let _ = me.send_message(SenderMsg::Wake);
         }
@@ -290,38 +358,46 @@ impl Actor for Sender {
         msg: SenderMsg,
         state: &mut SenderState,
     ) -> Result<(), ActorProcessingErr> {
-        let current = state.generation;
         match msg {
             SenderMsg::Wake => self.on_wake(&me, state),
-            SenderMsg::TryAcquire { generation } if generation == current => {
-                if std::mem::take(&mut state.woken) || self.work_likely() {
-                    self.acquire(&me, state)
-                }
+            SenderMsg::Stamped(generation, step) if state.timers.is_current(generation) => {
+                self.step(&me, state, step)?
             }
-            SenderMsg::Acquired { generation, result } if generation == current => {
-                self.on_acquired(&me, state, result)?
-            }
-            SenderMsg::Turn { generation } if generation == current => self.turn(&me, state),
-            SenderMsg::TurnDone { generation, report } if generation == current => self.on_turn(&me, state, *report)?,
-            SenderMsg::Released { generation } if generation == current => self.on_released(&me, state),
+            SenderMsg::Stamped(..) => tracing::trace!(sender = %self.owner(), "stale timer or task result dropped"),
             SenderMsg::LeaseLost { grant, cause } => self.on_lease_lost(&me, state, grant, cause),
             SenderMsg::BreakerClosed => self.on_breaker_closed(&me, state),
             SenderMsg::Drain(reply) => self.on_drain(&me, state, reply),
-            _ => tracing::trace!(sender = %self.owner(), "stale timer or task result dropped"),
+            SenderMsg::Panicked(why) => return Err(why.into()),
         }
         Ok(())
     }
 
     async fn post_stop(&self, _me: ActorRef<SenderMsg>, state: &mut SenderState) -> Result<(), ActorProcessingErr> {
-        state.task = None;
+        state.phase = Phase::Drained;
         state.watcher = None;
-        state.holding = None;
         if let Some(lease) = self.ctx.ledger.remove(&self.owner()) {
             self.ctx.release(vec![lease]).await;
         }
         self.ctx.board.remove_detail(&self.owner(), "slot");
-        if !state.draining {
+        if state.drain.is_none() {
             self.ctx.board.set_state(&self.owner(), "stopped");
+        }
+        Ok(())
+    }
+}
+
+impl Sender {
+    fn step(&self, me: &ActorRef<SenderMsg>, state: &mut SenderState, step: Step) -> Result<(), ActorProcessingErr> {
+        match step {
+            Step::TryAcquire => {
+                if std::mem::take(&mut state.woken) || self.work_likely() {
+                    self.acquire(me, state)
+                }
+            }
+            Step::Acquired(result) => self.on_acquired(me, state, result)?,
+            Step::Turn => self.turn(me, state),
+            Step::TurnDone(report) => self.on_turn(me, state, *report)?,
+            Step::Released => self.on_released(me, state),
         }
         Ok(())
     }

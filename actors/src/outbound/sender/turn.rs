@@ -1,13 +1,16 @@
 //! One turn of a holding sender, run in a spawned task that owns the
-//! connection: breaker admission → take ≤ batch_size ready rows (priority,
-//! deadline) → cut to the body budget → draw the batch's cost from the bucket
-//! (a short refill is waited for with the rows in hand) → drop rows past their
-//! deadline → check the lease leaves room for a whole send → POST → record
+//! connection and the send slot's gate: wait out a previous holder's busy
+//! window (before taking any row) → breaker admission → take ≤ batch_size
+//! ready rows (priority, deadline) → cut to the body budget → draw the
+//! batch's cost from the bucket (a short refill is waited for with the rows in
+//! hand) while the gate is armed alongside (one small fenced write) → drop
+//! rows past their deadline → check the lease leaves room for a whole send →
+//! pass the gate (armed within the margin, else armed again) → POST → record
 //! every outcome (retrying while Postgres is down) → count the call on the
 //! breaker → publish the result events in the background. Rows that are not
 //! sent go back to the queue (`NotSent`, not an attempt). Losing the lease
-//! during the POST does not abort it: it started inside the lease and its
-//! outcome is recorded.
+//! during the POST does not abort it: it started inside the lease and the
+//! gate, and its outcome is recorded.
 //!
 //! The result events are an outbox in the store (the janitor's sweep
 //! republishes any left unpublished), so the turn does not wait for their
@@ -23,27 +26,38 @@ use tokio::time::Instant;
 
 use super::verdict;
 use crate::backoff::Backoff;
+use crate::gate::{self, Blocked, Gate, Ready};
 use crate::ledger::HeldLease;
 use crate::metrics;
 use crate::outbound::sender::{TurnEnd, TurnInput, TurnReport};
 use crate::ports::breaker::{Admission, BreakerError, Call, CallOutcome};
-use crate::ports::outbound::{Batch, BatchSize, ClaimToken, OutboundError, ReadyMessage, Recorded, SendResult};
+use crate::ports::outbound::{Batch, ClaimToken, OutboundError, ReadyMessage, Recorded, SendResult};
 use crate::ports::outbound_bus::ResultEvent;
 use crate::ports::ratelimit::{BucketError, Draw};
-use crate::ports::{IcomSender, SendRefused};
+use crate::ports::{GateError, IcomSender, SendRefused};
 
 pub async fn run(input: TurnInput, conn: Box<dyn IcomSender>) -> TurnReport {
     let started = Instant::now();
     let mut input = input;
     let publishing = input.publishing.take();
-    let mut turn = Turn { input, conn: Some(conn), breaker: None, counted: false, publishing };
+    let gate = input.gate.clone();
+    let mut turn = Turn { input, conn: Some(conn), gate, breaker: None, counted: false, publishing };
     let end = turn.play().await;
-    TurnReport { end, conn: turn.conn, took: started.elapsed(), breaker: turn.breaker, publishing: turn.publishing }
+    TurnReport {
+        end,
+        conn: turn.conn,
+        gate: turn.gate,
+        took: started.elapsed(),
+        breaker: turn.breaker,
+        publishing: turn.publishing,
+    }
 }
 
 struct Turn {
     input: TurnInput,
     conn: Option<Box<dyn IcomSender>>,
+    /// The send slot's gate; the sender gets it back in the report.
+    gate: Gate,
     breaker: Option<crate::ports::breaker::BreakerState>,
     /// The admitted call was reported to the breaker.
     counted: bool,
@@ -54,6 +68,10 @@ struct Turn {
 impl Turn {
     async fn play(&mut self) -> TurnEnd {
         let (ports, channel) = (self.input.ports.clone(), self.input.channel);
+        if let Ready::Wait(left) = self.gate.ready(Instant::now()) {
+            // A previous holder's POST may still be in flight: take no row before its window ends.
+            tokio::time::sleep(left).await;
+        }
         let step = Instant::now();
         let admitted = ports.breaker.admit(channel).await;
         metrics::turn_step(channel, "admit", step.elapsed());
@@ -66,10 +84,8 @@ impl Turn {
             Err(BreakerError::Unavailable(e)) => return TurnEnd::Backoff(format!("breaker unavailable: {e}")),
             Err(BreakerError::Fatal(e)) => return TurnEnd::Fatal(format!("breaker: {e}")),
         };
-        let size =
-            if self.input.single { BatchSize::new(1).unwrap_or(BatchSize::MAX) } else { self.input.config.batch_size };
         let step = Instant::now();
-        let taken = ports.store.take_ready(channel, size).await;
+        let taken = ports.store.take_ready(channel, self.input.size).await;
         metrics::turn_step(channel, "take", step.elapsed());
         let mut batch = match taken {
             Ok(batch) => batch,
@@ -92,9 +108,14 @@ impl Turn {
         let Batch { claim, messages, .. } = batch;
         let (due, overflow) = verdict::cut(messages, self.input.config.max_batch_bytes);
         let mut back = verdict::not_sent(&overflow, Duration::ZERO, "cut to fit the body limit");
-        if let Err(end) = self.draw(&due).await {
+        let (drawn, armed) = tokio::join!(draw(&self.input, &due), arm_ahead(&self.input, &mut self.gate));
+        if let Err(end) = drawn {
             back.extend(verdict::not_sent(&due, end.wait(), &format!("rate bucket: {}", end.label())));
             return self.give_back(&claim, back, end).await;
+        }
+        if let Err(e) = armed {
+            back.extend(verdict::not_sent(&due, Duration::ZERO, "send gate not armed"));
+            return self.give_back(&claim, back, gate_failure(Blocked::Store(e))).await;
         }
         let now = self.input.clock.now();
         let (due, late): (Vec<ReadyMessage>, Vec<ReadyMessage>) = due.into_iter().partition(|m| m.deadline > now);
@@ -107,10 +128,20 @@ impl Turn {
         if due.is_empty() {
             return self.give_back(&claim, back, TurnEnd::Empty).await;
         }
+        if let Err(blocked) = self.through_gate().await {
+            back.extend(verdict::not_sent(&due, Duration::ZERO, "send gate closed"));
+            return self.give_back(&claim, back, gate_failure(blocked)).await;
+        }
         let raws: Vec<bytes::Bytes> = due.iter().map(|m| m.raw.clone()).collect();
         let conn = self.conn.as_mut().expect("a turn owns its connection");
         let sent_at = Instant::now();
-        let reply = match conn.send(&raws).await {
+        self.gate.spend();
+        let sent = conn.send(&raws).await;
+        if sent.as_ref().map_or(true, |reply| reply.answered()) {
+            // Answered, or refused before the wire: nothing of ours is in flight.
+            self.gate.answered();
+        }
+        let reply = match sent {
             Ok(reply) => reply,
             Err(SendRefused::TooLarge(why)) if due.len() > 1 => {
                 back.extend(verdict::not_sent(&due, Duration::ZERO, "batch over the body limit: splitting"));
@@ -150,36 +181,10 @@ impl Turn {
         }
     }
 
-    /// Draws the batch's cost, waiting for a short refill; `Err` ends the turn.
-    async fn draw(&mut self, due: &[ReadyMessage]) -> Result<(), TurnEnd> {
-        let step = Instant::now();
-        let drawn = self.draw_waiting(due).await;
-        metrics::turn_step(self.input.channel, "draw", step.elapsed());
-        drawn
-    }
-
-    async fn draw_waiting(&mut self, due: &[ReadyMessage]) -> Result<(), TurnEnd> {
-        let (ports, cfg) = (&self.input.ports, &self.input.config);
-        let cost = cfg.costs.of_batch(due.iter().map(|m| m.msg_type.as_str()));
-        let mut waited = Duration::ZERO;
-        loop {
-            match ports.bucket.try_take(self.input.channel, cost).await {
-                Ok(Draw::Taken { .. }) => return Ok(()),
-                Ok(Draw::Wait { retry_after }) if waited + retry_after <= cfg.bucket_wait_max => {
-                    tokio::time::sleep(retry_after).await;
-                    waited += retry_after;
-                }
-                Ok(Draw::Wait { retry_after }) => return Err(TurnEnd::BucketWait { retry_after }),
-                Err(BucketError::Unavailable(e)) => {
-                    return Err(TurnEnd::Backoff(format!("rate bucket unavailable: {e}")));
-                }
-                Err(BucketError::TooCostly { cost, capacity }) if due.len() > 1 => {
-                    tracing::warn!(cost, capacity, "batch costs more than the bucket holds: splitting");
-                    return Err(TurnEnd::TooLarge);
-                }
-                Err(e) => return Err(TurnEnd::Fatal(format!("rate bucket: {e}"))),
-            }
-        }
+    /// Passes the send gate right before the POST (arming again if the draw outlasted the margin).
+    async fn through_gate(&mut self) -> Result<(), Blocked<GateError>> {
+        let (gates, channel, slot) = (self.input.ports.gates.clone(), self.input.channel, self.input.slot);
+        gate::pass(&mut self.gate, |fence, busy_for| gates.arm(channel, slot, fence, busy_for)).await
     }
 
     /// Records outcomes, retrying while the store is unavailable (within the patience).
@@ -270,6 +275,60 @@ impl Turn {
             }
             metrics::turn_step(channel, "publish", step.elapsed());
         }));
+    }
+}
+
+/// Draws the batch's cost, waiting for a short refill; `Err` ends the turn.
+async fn draw(input: &TurnInput, due: &[ReadyMessage]) -> Result<(), TurnEnd> {
+    let step = Instant::now();
+    let drawn = draw_waiting(input, due).await;
+    metrics::turn_step(input.channel, "draw", step.elapsed());
+    drawn
+}
+
+async fn draw_waiting(input: &TurnInput, due: &[ReadyMessage]) -> Result<(), TurnEnd> {
+    let (ports, cfg) = (&input.ports, &input.config);
+    let cost = cfg.costs.of_batch(due.iter().map(|m| m.msg_type.as_str()));
+    let mut waited = Duration::ZERO;
+    loop {
+        match ports.bucket.try_take(input.channel, cost).await {
+            Ok(Draw::Taken { .. }) => return Ok(()),
+            Ok(Draw::Wait { retry_after }) if waited + retry_after <= cfg.bucket_wait_max => {
+                tokio::time::sleep(retry_after).await;
+                waited += retry_after;
+            }
+            Ok(Draw::Wait { retry_after }) => return Err(TurnEnd::BucketWait { retry_after }),
+            Err(BucketError::Unavailable(e)) => {
+                return Err(TurnEnd::Backoff(format!("rate bucket unavailable: {e}")));
+            }
+            Err(BucketError::TooCostly { cost, capacity }) if due.len() > 1 => {
+                tracing::warn!(cost, capacity, "batch costs more than the bucket holds: splitting");
+                return Err(TurnEnd::TooLarge);
+            }
+            Err(e) => return Err(TurnEnd::Fatal(format!("rate bucket: {e}"))),
+        }
+    }
+}
+
+/// Arms the send gate alongside the draw (one small fenced write), when it needs arming.
+async fn arm_ahead(input: &TurnInput, gate: &mut Gate) -> Result<(), GateError> {
+    if gate.ready(Instant::now()) != Ready::Arm {
+        return Ok(());
+    }
+    let step = Instant::now();
+    let armed = input.ports.gates.arm(input.channel, input.slot, gate.fence, gate.busy_for()).await;
+    metrics::turn_step(input.channel, "arm", step.elapsed());
+    armed.map(|()| gate.written(step))
+}
+
+fn gate_failure(blocked: Blocked<GateError>) -> TurnEnd {
+    match blocked {
+        Blocked::Store(GateError::FenceLost { ours, current }) => {
+            TurnEnd::LeaseLost(format!("send gate fence lost: ours {ours}, current {current}"))
+        }
+        Blocked::Store(GateError::Unavailable(e)) => TurnEnd::Backoff(format!("send gate unavailable: {e}")),
+        Blocked::Store(GateError::Fatal(e)) => TurnEnd::Fatal(format!("send gate: {e}")),
+        Blocked::Slow(margin) => TurnEnd::Backoff(format!("send gate writes take longer than the margin ({margin:?})")),
     }
 }
 

@@ -1,0 +1,213 @@
+//! The durable request gate of one slot as its holder sees it (DESIGN §2.5:
+//! "Redis decides who should, Postgres decides who may").
+//!
+//! The slot's Postgres row carries `busy_until` (Postgres's clock). Every
+//! fenced write the holder makes sets it to `max(busy_until, now() +
+//! busy_for)`, `busy_for` = the request timeout + `margin`. A write arms ONE
+//! request, which must leave within `margin` of the moment the write was SENT
+//! (monotonic clock): then it ends, timeout included, before `busy_until`.
+//! A new holder's claim takes the next fence and tells how long the previous
+//! holder's window still runs (`wait`): nothing leaves before it has passed.
+//! A release clears `busy_until` only when none of the holder's requests can
+//! still be in flight; an aborted or unanswered request leaves it standing.
+//! So even when Redis grants a slot twice (eviction, a snapshot rollback, a
+//! lease released right after an aborted request), two holders never have a
+//! request in flight at once, and a stale holder's write is refused by the fence.
+//!
+//! Architecture invariant: no ICOM request leaves without [`Gate::ready`]
+//! answering [`Ready::Go`] just before it, followed by [`Gate::spend`].
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The holder's side of one slot's gate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// Our fence: every write is conditioned on it.
+    pub fence: i64,
+    /// Request timeout + margin: the busy window each write opens.
+    busy_for: Duration,
+    /// How soon after a write was sent its request must leave.
+    margin: Duration,
+    /// Before this the previous holder's last request may still be in flight.
+    opens_at: Instant,
+    /// The latest moment the armed (written, unspent) request may leave; `None`: arm first.
+    armed_until: Option<Instant>,
+    /// A request of ours left and has not been answered (in flight, aborted,
+    /// timed out): a release must leave `busy_until` standing.
+    in_doubt: bool,
+}
+
+/// What the holder may do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// Send the request now (then [`Gate::spend`]).
+    Go,
+    /// The previous holder's window still runs: wait this long.
+    Wait(Duration),
+    /// No unspent write within the margin: write (arm) first.
+    Arm,
+}
+
+/// Why a request could not pass the gate.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Blocked<E> {
+    /// The store refused or failed the write.
+    Store(E),
+    /// Writes keep taking longer than the margin: Postgres too slow to gate on.
+    Slow(Duration),
+}
+
+/// Arm attempts before [`pass`] gives up on a slow store.
+const MAX_ARMS: u32 = 3;
+
+impl Gate {
+    /// A claim sent at `sent`, answered at `answered`, said to `wait`: it armed
+    /// the first request, which leaves between `answered + wait` and `sent + wait + margin`.
+    pub fn claimed(fence: i64, sent: Instant, answered: Instant, wait: Duration, timeout: Duration, margin: Duration) -> Gate {
+        Gate {
+            fence,
+            busy_for: timeout + margin,
+            margin,
+            opens_at: answered + wait,
+            armed_until: Some(sent + wait + margin),
+            in_doubt: false,
+        }
+    }
+
+    /// The busy window every write of this holder asks for.
+    pub fn busy_for(&self) -> Duration {
+        self.busy_for
+    }
+
+    /// A fenced write sent at `sent` succeeded: it arms the next request.
+    pub fn written(&mut self, sent: Instant) {
+        self.armed_until = Some(sent + self.margin);
+    }
+
+    pub fn ready(&self, now: Instant) -> Ready {
+        if now < self.opens_at {
+            return Ready::Wait(self.opens_at - now);
+        }
+        match self.armed_until {
+            Some(until) if now <= until => Ready::Go,
+            _ => Ready::Arm,
+        }
+    }
+
+    /// The request leaves now: its arming is used up and it is in doubt until answered.
+    pub fn spend(&mut self) {
+        self.armed_until = None;
+        self.in_doubt = true;
+    }
+
+    /// The server answered the request (whatever it said): it is no longer in flight.
+    pub fn answered(&mut self) {
+        self.in_doubt = false;
+    }
+
+    /// A request left and was not answered: it may still be in flight at the server.
+    pub fn in_doubt(&self) -> bool {
+        self.in_doubt
+    }
+
+    /// May a release clear `busy_until` now? Only with nothing of ours in flight
+    /// and the previous holder's window over.
+    pub fn may_clear(&self, now: Instant) -> bool {
+        !self.in_doubt && now >= self.opens_at
+    }
+
+    /// The same gate seen by an owner whose task holding it was aborted: any
+    /// request that task may have sent is in doubt.
+    pub fn aborted(mut self) -> Gate {
+        self.in_doubt = true;
+        self.armed_until = None;
+        self
+    }
+}
+
+/// Waits and arms (with `arm`, a fenced write of `busy_until`) until a request
+/// may leave; the caller sends it at once and calls [`Gate::spend`].
+pub async fn pass<E, F, Fut>(gate: &mut Gate, mut arm: F) -> Result<(), Blocked<E>>
+where
+    F: FnMut(i64, Duration) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+{
+    let mut arms = 0;
+    loop {
+        match gate.ready(Instant::now()) {
+            Ready::Go => return Ok(()),
+            Ready::Wait(left) => tokio::time::sleep(left).await,
+            Ready::Arm if arms >= MAX_ARMS => return Err(Blocked::Slow(gate.margin)),
+            Ready::Arm => {
+                arms += 1;
+                let sent = Instant::now();
+                arm(gate.fence, gate.busy_for).await.map_err(Blocked::Store)?;
+                gate.written(sent);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_arms_one_request_within_the_margin() {
+        let t = Instant::now();
+        let mut gate = Gate::claimed(3, t, t + ms(5), Duration::ZERO, ms(1000), ms(100));
+        assert_eq!(gate.busy_for(), ms(1100));
+        assert_eq!(gate.ready(t + ms(5)), Ready::Go);
+        assert_eq!(gate.ready(t + ms(101)), Ready::Arm, "past the margin of the claim");
+        gate.spend();
+        assert!(gate.in_doubt());
+        assert_eq!(gate.ready(t + ms(6)), Ready::Arm, "one write, one request");
+        gate.answered();
+        gate.written(t + ms(500));
+        assert_eq!(gate.ready(t + ms(550)), Ready::Go);
+        assert!(gate.may_clear(t + ms(550)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_holder_waits_out_the_previous_window_and_never_clears_it_early() {
+        let t = Instant::now();
+        let gate = Gate::claimed(4, t, t + ms(10), ms(700), ms(1000), ms(100));
+        assert_eq!(gate.ready(t + ms(10)), Ready::Wait(ms(700)));
+        assert!(!gate.may_clear(t + ms(500)), "the previous holder's request may be in flight");
+        assert_eq!(gate.ready(t + ms(710)), Ready::Go, "armed by the claim until sent + wait + margin");
+        assert_eq!(gate.ready(t + ms(801)), Ready::Arm);
+        assert!(gate.clone().aborted().in_doubt());
+        assert!(!gate.aborted().may_clear(t + ms(5000)), "an aborted request leaves busy_until standing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pass_waits_arms_and_gives_up_on_a_store_slower_than_the_margin() {
+        let t = Instant::now();
+        let mut gate = Gate::claimed(1, t, t, ms(300), ms(1000), ms(100));
+        tokio::time::sleep(ms(500)).await;
+        let mut writes = 0;
+        let passed = pass(&mut gate, |fence, busy_for| {
+            writes += 1;
+            assert_eq!((fence, busy_for), (1, ms(1100)));
+            async { Ok::<(), ()>(()) }
+        })
+        .await;
+        assert_eq!((passed, writes), (Ok(()), 1), "the claim's arming expired: one write");
+        gate.spend();
+        let refused = pass(&mut gate, |_, _| async { Err::<(), &str>("fence lost") }).await;
+        assert_eq!(refused, Err(Blocked::Store("fence lost")));
+        let slow = pass(&mut gate, |_, _| async {
+            tokio::time::sleep(ms(150)).await;
+            Ok::<(), ()>(())
+        })
+        .await;
+        assert_eq!(slow, Err(Blocked::Slow(ms(100))));
+    }
+}
