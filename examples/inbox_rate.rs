@@ -16,6 +16,9 @@ use cabine_actors::domain::{ChannelId, SlotId};
 use cabine_actors::ports::{CommittedRow, InboundMessage, InboundPublisher, InboxStore, MessageMeta};
 use hdrhistogram::Histogram;
 
+/// The busy window every gate write asks for here (DESIGN §2.5).
+const BUSY: std::time::Duration = std::time::Duration::from_millis(1500);
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
@@ -79,13 +82,13 @@ async fn commit_phase(
         let (inbox, publisher, tag) = (inbox.clone(), publisher.clone(), tag.to_owned());
         tasks.push(tokio::spawn(async move {
             let slot = SlotId { channel: ChannelId::Cpm, n: n as u8 };
-            let fence = inbox.claim(slot, "bench").await?.fence;
+            let fence = inbox.claim(slot, "bench", BUSY).await?.fence;
             let mut latency = Histogram::<u64>::new(3)?;
             let mut rows = Vec::new();
             for b in 0..messages / slots / 10 {
                 let batch: Vec<InboundMessage> = (0..10).map(|i| message(&format!("{tag}{n}-{b}-{i}"))).collect();
                 let t = Instant::now();
-                let summary = inbox.commit(slot, fence, &batch, &format!("/stream/{n}/{b}")).await?;
+                let summary = inbox.commit(slot, fence, &batch, &format!("/stream/{n}/{b}"), BUSY).await?;
                 latency.record(t.elapsed().as_micros() as u64)?;
                 match &publisher {
                     Some(p) => p.committed(summary.inserted).await,

@@ -12,12 +12,15 @@ use cabine::publish::JetStreamPublisher;
 use cabine_actors::ports::{CommittedRow, InboundMessage, InboundPublisher, InboxStore, MessageMeta};
 use support::{PrivateNats, TestDb, TestStreams, batch, eventually, message, slot};
 
+/// The busy window every gate write asks for here (DESIGN §2.5).
+const BUSY: std::time::Duration = std::time::Duration::from_millis(1500);
+
 async fn commit_all(db: &TestDb, batches: &[Vec<InboundMessage>]) -> Vec<CommittedRow> {
     let inbox = db.inbox();
-    let fence = inbox.claim(slot(1), "pod-a").await.unwrap().fence;
+    let fence = inbox.claim(slot(1), "pod-a", BUSY).await.unwrap().fence;
     let mut rows = Vec::new();
     for (i, b) in batches.iter().enumerate() {
-        rows.extend(inbox.commit(slot(1), fence, b, &format!("p-{i}")).await.unwrap().inserted);
+        rows.extend(inbox.commit(slot(1), fence, b, &format!("p-{i}"), BUSY).await.unwrap().inserted);
     }
     rows
 }
@@ -148,10 +151,10 @@ async fn with_nats_down_rows_wait_in_postgres_and_the_sweep_republishes_them_onc
     let disconnected = || async { client.connection_state() != async_nats::connection::State::Connected };
     assert!(eventually(Duration::from_secs(5), disconnected).await, "the client noticed");
     let inbox = db.inbox();
-    let fence = inbox.claim(slot(2), "pod-a").await.unwrap().fence;
+    let fence = inbox.claim(slot(2), "pod-a", BUSY).await.unwrap().fence;
     let mut during = Vec::new();
     for i in 0..3 {
-        let rows = inbox.commit(slot(2), fence, &batch(&format!("B{i}"), 10), "p").await.unwrap().inserted;
+        let rows = inbox.commit(slot(2), fence, &batch(&format!("B{i}"), 10), "p", BUSY).await.unwrap().inserted;
         let handed = tokio::time::timeout(Duration::from_secs(2), publisher.committed(rows.clone())).await;
         assert!(handed.is_ok(), "a dead bus does not stall the slot");
         during.extend(rows);

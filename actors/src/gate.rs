@@ -66,7 +66,14 @@ const MAX_ARMS: u32 = 3;
 impl Gate {
     /// A claim sent at `sent`, answered at `answered`, said to `wait`: it armed
     /// the first request, which leaves between `answered + wait` and `sent + wait + margin`.
-    pub fn claimed(fence: i64, sent: Instant, answered: Instant, wait: Duration, timeout: Duration, margin: Duration) -> Gate {
+    pub fn claimed(
+        fence: i64,
+        sent: Instant,
+        answered: Instant,
+        wait: Duration,
+        timeout: Duration,
+        margin: Duration,
+    ) -> Gate {
         Gate {
             fence,
             busy_for: timeout + margin,

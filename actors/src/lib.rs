@@ -26,9 +26,9 @@ pub mod slot;
 pub mod status;
 pub mod supervision;
 pub mod task;
-pub mod timers;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
+pub mod timers;
 pub mod tree;
 pub mod watchdog;
 

@@ -208,34 +208,52 @@ pub struct PoolSettings {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimingSettings {
+    /// How long a granted slot is ours (DESIGN §3); renewed every `heartbeat`.
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
+    /// LeaseHeartbeat period: renews every lease of the pod, beats, reads the live pods.
     #[serde(with = "humantime_serde")]
     pub heartbeat: Duration,
+    /// Clock drift allowed between this pod and Redis: a lease is used until `t0 + lease − drift_margin`.
     #[serde(with = "humantime_serde")]
     pub drift_margin: Duration,
+    /// Redis keeps a slot `lease + lock_delay`: a vanished holder's slot frees only after every request it could have started has ended.
     #[serde(with = "humantime_serde")]
     pub lock_delay: Duration,
+    /// The longest a GET (the server holds ~5 s) or a stream start may take.
     #[serde(with = "humantime_serde")]
     pub long_poll_timeout: Duration,
+    /// The longest a POST may take.
     #[serde(with = "humantime_serde")]
     pub send_timeout: Duration,
+    /// Errors back off exponentially with full jitter from `backoff_base`...
     #[serde(with = "humantime_serde")]
     pub backoff_base: Duration,
+    /// ...up to `backoff_max`.
     #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
+    /// Time a stopping pod gives its slots and senders to hand over.
     #[serde(with = "humantime_serde")]
     pub drain_time: Duration,
+    /// The whole stop budget after SIGTERM (drain included); then the process exits.
     #[serde(with = "humantime_serde")]
     pub stop_timeout: Duration,
+    /// Inbox rows unpublished for longer than this are published again (JetStream dedups).
     #[serde(with = "humantime_serde")]
     pub republish_after: Duration,
+    /// An outbound row claimed (`sending`) for longer than this returns to the queue.
     #[serde(with = "humantime_serde")]
     pub processing_timeout: Duration,
+    /// An outbound row is `dead` after this many failed sends.
     pub poison_attempts: u32,
     /// A stream request starts only while the lease is valid for `long_poll_timeout + request_margin`.
     #[serde(with = "humantime_serde")]
     pub request_margin: Duration,
+    /// The durable gate (DESIGN §2.5): a request leaves within this of the fenced
+    /// write of `busy_until` that armed it, else the write is made again; each write
+    /// keeps the slot busy for the request's timeout + this (Postgres's clock).
+    #[serde(with = "humantime_serde")]
+    pub gate_margin: Duration,
     /// How often a standby slot (and the leader campaign) tries to acquire.
     #[serde(with = "humantime_serde")]
     pub acquire_interval: Duration,

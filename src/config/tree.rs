@@ -53,6 +53,7 @@ impl Settings {
             heartbeat: t.heartbeat,
             long_poll_timeout: t.long_poll_timeout,
             request_margin: t.request_margin,
+            gate_margin: t.gate_margin,
             acquire_interval: t.acquire_interval,
             empty_poll_floor: t.empty_poll_floor,
             backoff_base: t.backoff_base,
@@ -92,6 +93,9 @@ pub fn check_tree(s: &Settings) -> Result<(), ConfigError> {
     }
     if t.request_margin.is_zero() {
         return Err(ConfigError::invalid("timing.request_margin", "must be greater than zero"));
+    }
+    if t.gate_margin.is_zero() {
+        return Err(ConfigError::invalid("timing.gate_margin", "must be greater than zero"));
     }
     if t.long_poll_timeout + t.request_margin + t.heartbeat + t.drift_margin > t.lease {
         return Err(ConfigError::invalid(

@@ -1,6 +1,7 @@
 //! Postgres plumbing: the deadpool pool (bounded waits, verified recycling,
 //! `search_path` pinned to the configured schema) and the embedded migrations.
 
+pub mod bounded;
 mod migrate;
 
 use std::str::FromStr;

@@ -39,6 +39,16 @@ pub fn from_postgres(e: tokio_postgres::Error) -> InboxError {
     if is_transient(&e) { InboxError::Unavailable(detail) } else { InboxError::Fatal(detail) }
 }
 
+impl crate::db::bounded::Bounded for InboxError {
+    fn pool(e: PoolError) -> Self {
+        from_pool(e)
+    }
+
+    fn timed_out(after: std::time::Duration) -> Self {
+        InboxError::Unavailable(format!("no answer within {after:?}"))
+    }
+}
+
 pub fn from_pool(e: PoolError) -> InboxError {
     match e {
         PoolError::Backend(e) => from_postgres(e),

@@ -11,13 +11,11 @@ mod fault;
 mod sql;
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cabine_actors::domain::{ChannelId, Ispb, SlotId};
 use cabine_actors::ports::{Claim, CommitSummary, CommittedRow, InboundMessage, InboxError, InboxStore, SlotCursor};
 use deadpool_postgres::{Object, Pool};
-use tokio_postgres::{CancelToken, NoTls};
 
 pub use batch::MAX_BATCH;
 pub use fault::is_transient;
@@ -38,28 +36,13 @@ impl PgInbox {
         PgInbox { pool, ispb: ispb.to_string(), query_timeout }
     }
 
-    /// Runs `op` on a pooled connection within the query timeout. On timeout the
-    /// statement is cancelled on the server too, so it cannot commit later.
+    /// Runs `op` on a pooled connection within the query timeout (cancelled on the server past it).
     async fn with_conn<T, F, Fut>(&self, op: F) -> Result<T, InboxError>
     where
         F: FnOnce(Object) -> Fut,
         Fut: Future<Output = Result<T, InboxError>>,
     {
-        let cancel: Mutex<Option<CancelToken>> = Mutex::new(None);
-        let work = async {
-            let conn = self.pool.get().await.map_err(fault::from_pool)?;
-            *cancel.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.cancel_token());
-            op(conn).await
-        };
-        match tokio::time::timeout(self.query_timeout, work).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                if let Some(token) = cancel.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                    tokio::spawn(async move { token.cancel_query(NoTls).await });
-                }
-                Err(InboxError::Unavailable(format!("no answer within {:?}", self.query_timeout)))
-            }
-        }
+        crate::db::bounded::with_conn(&self.pool, self.query_timeout, op).await
     }
 
     /// The refusal of a write whose fence is no longer the slot's.
@@ -79,13 +62,16 @@ impl PgInbox {
 
 #[async_trait::async_trait]
 impl InboxStore for PgInbox {
-    async fn claim(&self, slot: SlotId, holder: &str) -> Result<Claim, InboxError> {
+    async fn claim(&self, slot: SlotId, holder: &str, busy_for: Duration) -> Result<Claim, InboxError> {
         let (ispb, channel, n) = (self.ispb.as_str(), slot.channel.as_str(), i16::from(slot.n));
+        let busy_ms = millis(busy_for);
         let claim = self
             .with_conn(|conn| async move {
                 let stmt = conn.prepare_cached(sql::CLAIM).await.map_err(fault::from_postgres)?;
-                let row = conn.query_one(&stmt, &[&ispb, &channel, &n, &holder]).await.map_err(fault::from_postgres)?;
-                Ok(Claim { fence: row.get("fence"), pull_next: row.get("pull_next") })
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [&ispb, &channel, &n, &holder, &busy_ms];
+                let row = conn.query_one(&stmt, &params).await.map_err(fault::from_postgres)?;
+                let wait = Duration::from_millis(u64::try_from(row.get::<_, i64>("wait_ms")).unwrap_or(0));
+                Ok(Claim { fence: row.get("fence"), pull_next: row.get("pull_next"), wait })
             })
             .await?;
         metrics::counter!("cabine_inbox_claims_total", "channel" => slot.channel.as_str()).increment(1);
@@ -98,6 +84,7 @@ impl InboxStore for PgInbox {
         fence: i64,
         batch: &[InboundMessage],
         pull_next: &str,
+        busy_for: Duration,
     ) -> Result<CommitSummary, InboxError> {
         if batch.len() > MAX_BATCH {
             return Err(InboxError::Fatal(format!("a batch of {} messages exceeds {MAX_BATCH}", batch.len())));
@@ -105,10 +92,11 @@ impl InboxStore for PgInbox {
         let started = Instant::now();
         let cols = BatchColumns::from_messages(batch);
         let (ispb, channel, n) = (self.ispb.as_str(), slot.channel.as_str(), i16::from(slot.n));
+        let busy_ms = millis(busy_for);
         let new_rows = self
             .with_conn(|conn| async move {
                 let stmt = conn.prepare_cached(sql::COMMIT).await.map_err(fault::from_postgres)?;
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 14] = [
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 15] = [
                     &ispb,
                     &channel,
                     &n,
@@ -123,6 +111,7 @@ impl InboxStore for PgInbox {
                     &cols.to_ispb,
                     &cols.raw,
                     &cols.reason,
+                    &busy_ms,
                 ];
                 let row = conn.query_one(&stmt, &params).await.map_err(fault::from_postgres)?;
                 if !row.get::<_, bool>("fenced") {
@@ -138,15 +127,34 @@ impl InboxStore for PgInbox {
         Ok(summary)
     }
 
-    async fn store_cursor(&self, slot: SlotId, fence: i64, pull_next: Option<&str>) -> Result<(), InboxError> {
+    async fn store_cursor(
+        &self,
+        slot: SlotId,
+        fence: i64,
+        pull_next: Option<&str>,
+        busy_for: Duration,
+    ) -> Result<(), InboxError> {
         let (ispb, channel, n) = (self.ispb.as_str(), slot.channel.as_str(), i16::from(slot.n));
+        let busy_ms = millis(busy_for);
         self.with_conn(|conn| async move {
             let stmt = conn.prepare_cached(sql::STORE_CURSOR).await.map_err(fault::from_postgres)?;
-            let moved =
-                conn.execute(&stmt, &[&ispb, &channel, &n, &fence, &pull_next]).await.map_err(fault::from_postgres)?;
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                [&ispb, &channel, &n, &fence, &pull_next, &busy_ms];
+            let moved = conn.execute(&stmt, &params).await.map_err(fault::from_postgres)?;
             if moved == 1 { Ok(()) } else { Err(self.fence_lost(&conn, slot, fence).await) }
         })
         .await
+    }
+
+    async fn arm(&self, slot: SlotId, fence: i64, busy_for: Duration) -> Result<(), InboxError> {
+        let busy_ms = millis(busy_for);
+        self.fenced_write(sql::ARM, slot, fence, Some(&busy_ms)).await?;
+        metrics::counter!("cabine_gate_arms_total", "pool" => "stream").increment(1);
+        Ok(())
+    }
+
+    async fn release(&self, slot: SlotId, fence: i64) -> Result<(), InboxError> {
+        self.fenced_write(sql::RELEASE, slot, fence, None).await
     }
 
     async fn cursors(&self) -> Result<Vec<SlotCursor>, InboxError> {
@@ -158,6 +166,37 @@ impl InboxStore for PgInbox {
         })
         .await
     }
+}
+
+impl PgInbox {
+    /// Runs a statement on the slot's row keyed (ispb, channel, slot, fence[, extra]); no row: fence lost.
+    async fn fenced_write(
+        &self,
+        statement: &'static str,
+        slot: SlotId,
+        fence: i64,
+        extra: Option<&i64>,
+    ) -> Result<(), InboxError> {
+        let (ispb, channel, n) = (self.ispb.as_str(), slot.channel.as_str(), i16::from(slot.n));
+        self.with_conn(|conn| async move {
+            let stmt = conn.prepare_cached(statement).await.map_err(fault::from_postgres)?;
+            let moved = match extra {
+                Some(x) => conn.execute(&stmt, &[&ispb, &channel, &n, &fence, x]).await,
+                None => conn.execute(&stmt, &[&ispb, &channel, &n, &fence]).await,
+            };
+            if moved.map_err(fault::from_postgres)? == 1 {
+                Ok(())
+            } else {
+                Err(self.fence_lost(&conn, slot, fence).await)
+            }
+        })
+        .await
+    }
+}
+
+/// Milliseconds for a statement parameter.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// A `slot_cursor` row; a channel or slot this build does not know is skipped.
@@ -199,6 +238,10 @@ fn record_commit(slot: SlotId, summary: &CommitSummary, took: Duration) {
 fn describe_metrics() {
     metrics::describe_counter!("cabine_inbox_claims_total", "Slot claims (each took the next fence).");
     metrics::describe_counter!("cabine_inbox_fence_lost_total", "Writes refused because the slot was claimed since.");
+    metrics::describe_counter!(
+        "cabine_gate_arms_total",
+        "Fenced gate writes made only to arm a request (no statement preceded it within the margin)."
+    );
     metrics::describe_histogram!("cabine_inbox_commit_seconds", "One batch + cursor commit, end to end.");
     metrics::describe_counter!("cabine_inbound_persisted_total", "Inbound messages newly committed to the inbox.");
     metrics::describe_counter!("cabine_inbound_duplicates_total", "Redelivered inbound messages already in the inbox.");

@@ -1,14 +1,23 @@
 //! The inbox statements. Each is a single statement (one implicit transaction,
-//! one round trip), prepared once per connection.
+//! one round trip), prepared once per connection. Every write of a holder is
+//! conditioned on its fence and arms the slot's gate (DESIGN §2.5):
+//! `busy_until = greatest(busy_until, now() + busy_for)`, `busy_for` in
+//! milliseconds as the last parameter; `busy_until` never moves back except
+//! when its holder releases it with nothing in flight.
 
-/// Takes the next fence of a slot, creating its row at fence 1.
-/// `ON CONFLICT DO UPDATE` locks the row, so concurrent claims serialise.
+/// Takes the next fence of a slot, creating its row at fence 1, and arms the
+/// new holder's first request after the previous holder's window:
+/// `busy_until = greatest(busy_until, now()) + busy_for`; `wait_ms` is what is
+/// left of that window. `ON CONFLICT DO UPDATE` locks the row, so concurrent
+/// claims (and a holder's concurrent write) serialise.
 pub const CLAIM: &str = "\
-INSERT INTO slot_cursor (ispb, channel, slot, fence, holder, updated_at)
-VALUES ($1, $2, $3, 1, $4, now())
+INSERT INTO slot_cursor (ispb, channel, slot, fence, holder, updated_at, busy_until)
+VALUES ($1, $2, $3, 1, $4, now(), now() + $5::bigint * interval '1 millisecond')
 ON CONFLICT (ispb, channel, slot)
-DO UPDATE SET fence = slot_cursor.fence + 1, holder = EXCLUDED.holder, updated_at = now()
-RETURNING fence, pull_next";
+DO UPDATE SET fence = slot_cursor.fence + 1, holder = EXCLUDED.holder, updated_at = now(),
+              busy_until = greatest(slot_cursor.busy_until, now()) + $5::bigint * interval '1 millisecond'
+RETURNING fence, pull_next,
+          greatest(0, ceil(extract(epoch FROM busy_until - now()) * 1000) - $5::bigint)::bigint AS wait_ms";
 
 /// Commits a batch with the stream's next cursor, all or nothing:
 /// `cursor` locks the slot row and moves the cursor only while the fence is ours
@@ -17,7 +26,8 @@ RETURNING fence, pull_next";
 /// fence held and which rows are new.
 pub const COMMIT: &str = "\
 WITH cursor AS (
-    UPDATE slot_cursor SET pull_next = $5, updated_at = now()
+    UPDATE slot_cursor SET pull_next = $5, updated_at = now(),
+                           busy_until = greatest(busy_until, now() + $15::bigint * interval '1 millisecond')
     WHERE ispb = $1 AND channel = $2 AND slot = $3 AND fence = $4
     RETURNING fence
 ), batch AS (
@@ -39,8 +49,18 @@ FROM batch";
 
 /// Stores a cursor without a batch, only while the fence is ours.
 pub const STORE_CURSOR: &str = "\
-UPDATE slot_cursor SET pull_next = $5, updated_at = now()
+UPDATE slot_cursor SET pull_next = $5, updated_at = now(),
+                       busy_until = greatest(busy_until, now() + $6::bigint * interval '1 millisecond')
 WHERE ispb = $1 AND channel = $2 AND slot = $3 AND fence = $4";
+
+/// Arms the next request alone, only while the fence is ours.
+pub const ARM: &str = "\
+UPDATE slot_cursor SET busy_until = greatest(busy_until, now() + $5::bigint * interval '1 millisecond')
+WHERE ispb = $1 AND channel = $2 AND slot = $3 AND fence = $4";
+
+/// Clears the gate, only while the fence is ours (its holder has nothing in flight).
+pub const RELEASE: &str = "\
+UPDATE slot_cursor SET busy_until = NULL WHERE ispb = $1 AND channel = $2 AND slot = $3 AND fence = $4";
 
 /// The slot's current fence, to explain a refused write (0 when the row is gone).
 pub const CURRENT_FENCE: &str = "\

@@ -6,6 +6,7 @@
 
 pub mod confirm;
 pub mod correlate;
+pub mod gates;
 pub mod ingress;
 pub mod results;
 mod rows;
@@ -14,4 +15,5 @@ mod transition;
 pub mod xml_fields;
 
 pub use confirm::PgConfirmations;
+pub use gates::PgSendGates;
 pub use store::{OutboundPolicy, PgOutboundStore};

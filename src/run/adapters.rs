@@ -16,7 +16,7 @@ use crate::icom::{ClientError, IcomChannels};
 use crate::inbox::PgInbox;
 use crate::outbound::ingress::{ConsumerSpec, IngressRules, JetStreamIngress};
 use crate::outbound::results::JetStreamResults;
-use crate::outbound::{OutboundPolicy, PgConfirmations, PgOutboundStore};
+use crate::outbound::{OutboundPolicy, PgConfirmations, PgOutboundStore, PgSendGates};
 use crate::publish::JetStreamPublisher;
 use crate::redis::breaker::RedisBreaker;
 use crate::redis::bucket::RedisBucket;
@@ -43,6 +43,7 @@ pub struct OutboundAdapters {
     pub ingress: Arc<JetStreamIngress>,
     pub results: Arc<JetStreamResults>,
     pub confirmations: Arc<PgConfirmations>,
+    pub gates: Arc<PgSendGates>,
 }
 
 impl OutboundAdapters {
@@ -71,6 +72,7 @@ impl OutboundAdapters {
                 policy,
                 settings.postgres.query_timeout,
             )),
+            gates: Arc::new(PgSendGates::new(deps.postgres.clone(), ispb, settings.postgres.query_timeout)),
         }
     }
 
@@ -99,6 +101,7 @@ impl OutboundAdapters {
             bucket: self.bucket.clone(),
             breaker: self.breaker.clone(),
             sends: icom,
+            gates: self.gates.clone(),
             confirmations: self.confirmations.clone(),
         }
     }

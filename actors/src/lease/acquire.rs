@@ -51,13 +51,7 @@ impl<G> Acquisition<G> {
 
 /// Asks for `slot` of `pool` (any free one when `None`) for `owner`; `on_lost`
 /// is called when the heartbeat finds the lease lost.
-pub async fn acquire(
-    ctx: &TreeContext,
-    owner: &str,
-    pool: Pool,
-    slot: Option<u8>,
-    on_lost: LostNotice,
-) -> Acquisition {
+pub async fn acquire(ctx: &TreeContext, owner: &str, pool: Pool, slot: Option<u8>, on_lost: LostNotice) -> Acquisition {
     match ctx.ports.leases.acquire(pool, slot).await {
         Ok(Acquired::Granted(lease)) => {
             let (grant, slot) = (lease.grant.clone(), lease.slot);

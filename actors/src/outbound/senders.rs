@@ -190,14 +190,16 @@ impl Actor for SendChannel {
             SendChannelMsg::RestartSender { n, reply } => {
                 let id = self.sender_id(n);
                 let ok = !state.draining && state.supervision.stop_for_restart(&id, "operator restart");
-                let _ = reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(Sender::id(self.channel, n))) });
+                let _ =
+                    reply.send(if ok { Ok(()) } else { Err(RestartError::NotRunning(Sender::id(self.channel, n))) });
             }
             SendChannelMsg::Probe(generation, step) if state.probe_timers.is_current(generation) && !state.draining => {
                 match step {
                     ProbeStep::Start => self.probe(&me, state),
                     ProbeStep::Done { breaker, bucket } => {
                         state.probe = None;
-                        if matches!(&breaker, Ok(v) if matches!(v.state, BreakerState::Closed | BreakerState::Degraded)) {
+                        if matches!(&breaker, Ok(v) if matches!(v.state, BreakerState::Closed | BreakerState::Degraded))
+                        {
                             self.breaker_closed(state);
                         }
                         self.show(breaker, bucket);

@@ -37,8 +37,13 @@ pub enum GateError {
 pub trait SendGates: Send + Sync + 'static {
     /// Takes the next fence of send slot `slot` of `channel` for `holder` and
     /// arms its first request: `busy_until = max(busy_until, now()) + busy_for`.
-    async fn claim(&self, channel: ChannelId, slot: u8, holder: &str, busy_for: Duration)
-    -> Result<GateClaim, GateError>;
+    async fn claim(
+        &self,
+        channel: ChannelId,
+        slot: u8,
+        holder: &str,
+        busy_for: Duration,
+    ) -> Result<GateClaim, GateError>;
     /// While the fence is ours: `busy_until = max(busy_until, now() + busy_for)`.
     async fn arm(&self, channel: ChannelId, slot: u8, fence: i64, busy_for: Duration) -> Result<(), GateError>;
     /// While the fence is ours: clears `busy_until` (nothing of ours in flight).

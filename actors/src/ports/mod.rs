@@ -7,8 +7,8 @@
 
 pub mod breaker;
 pub mod cluster;
-pub mod gate;
 pub mod confirm;
+pub mod gate;
 pub mod icom;
 pub mod icom_send;
 pub mod inbox;
@@ -19,8 +19,8 @@ pub mod publish;
 pub mod ratelimit;
 
 pub use cluster::{ClusterError, PodBeat, PodRegistry};
-pub use gate::{GateClaim, GateError, SendGates};
 pub use confirm::{ConfirmError, Confirmations, Correlated};
+pub use gate::{GateClaim, GateError, SendGates};
 pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};
 pub use icom_send::{IcomSender, SendConnector, SendRefused, SendReply};
 pub use inbox::{Claim, CommitSummary, CommittedRow, InboxError, InboxStore, SlotCursor};

@@ -49,7 +49,8 @@ impl Slot {
         others: Vec<PodBeat>,
         reply: RpcReplyPort<DrainOutcome>,
     ) {
-        let handover = if self.share(&others).close_on_drain(self.slot.n) { Handover::Close } else { Handover::KeepOpen };
+        let handover =
+            if self.share(&others).close_on_drain(self.slot.n) { Handover::Close } else { Handover::KeepOpen };
         state.drain = Some(PendingDrain { handover, reply: Some(reply) });
         match &state.phase {
             Phase::Standby | Phase::Cooldown | Phase::Drained => self.finish_drain(state, DrainOutcome::Idle),
@@ -80,9 +81,8 @@ impl Slot {
             }
         };
         let (ctx, slot, owner) = (self.ctx.clone(), self.slot, self.owner());
-        let task = state.timers.spawn(me, async move {
-            Step::HandedOver(run(ctx, slot, owner, holding, handover).await)
-        });
+        let task =
+            state.timers.spawn(me, async move { Step::HandedOver(run(ctx, slot, owner, holding, handover).await) });
         self.enter(state, Phase::Draining { task });
     }
 

@@ -21,7 +21,6 @@ mod phase;
 pub mod schedule;
 mod transitions;
 
-
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 pub use phase::Phase;
@@ -158,9 +157,7 @@ impl Actor for Slot {
         state: &mut SlotState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            SlotMsg::Stamped(generation, step) if state.timers.is_current(generation) => {
-                self.step(&me, state, step)?
-            }
+            SlotMsg::Stamped(generation, step) if state.timers.is_current(generation) => self.step(&me, state, step)?,
             SlotMsg::Stamped(..) => tracing::trace!(slot = %self.slot, "stale timer or task result dropped"),
             SlotMsg::LeaseLost { grant, cause } => self.on_lease_lost(&me, state, grant, cause),
             SlotMsg::Drain { others, reply } => self.on_drain(&me, state, others, reply),

@@ -61,7 +61,9 @@ impl Slot {
             self.end_cooldown(state);
         }
         lease::release_leftover(&self.ctx, &self.owner());
-        let Some(pods) = self.ctx.view.pods() else { return state.timers.arm(me, jittered(interval), Step::TryAcquire) };
+        let Some(pods) = self.ctx.view.pods() else {
+            return state.timers.arm(me, jittered(interval), Step::TryAcquire);
+        };
         let share = self.share(&pods);
         let (owner, pool) = (self.owner(), self.pool());
         let adopting = if self.ctx.ledger.reserve(&owner, pool, share.acquire_limit()) {

@@ -36,8 +36,8 @@ pub use publish::FakePublisher;
 
 pub use breaker::{FakeBreaker, FakeBreakerSettings};
 pub use bucket::{FakeBucket, FakeBucketSettings};
-pub use gate::FakeSendGates;
 pub use confirm::{FakeConfirmations, outbound, outbound_xml, status_report};
+pub use gate::FakeSendGates;
 pub use ingress::FakeIngress;
 pub use outbound::{FakeOutboundPolicy, FakeOutboundStore};
 pub use results::FakeResults;

@@ -198,7 +198,8 @@ impl Leader {
         self.ctx.board.set_state(ID, "campaigning");
         // Not leading: an entry under our name is a previous incarnation's leftover.
         lease::release_leftover(&self.ctx, ID);
-        let (ctx, notice) = (self.ctx.clone(), lease::lost_notice(me, |grant, cause| LeaderMsg::LeaseLost { grant, cause }));
+        let (ctx, notice) =
+            (self.ctx.clone(), lease::lost_notice(me, |grant, cause| LeaderMsg::LeaseLost { grant, cause }));
         state.task = Some(state.timers.spawn(me, async move {
             CampaignStep::Campaigned(lease::acquire(&ctx, ID, Pool::Leader, Some(1), notice).await)
         }));

@@ -17,9 +17,9 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use tokio::time::Instant;
 
 use super::channel::{Channel, ChannelMsg};
+use super::exits::{self, ChildKey};
 use super::heartbeat::{self, HeartbeatMsg, LeaseHeartbeat};
 use super::leader::{self, Leader, LeaderMsg};
-use super::exits::{self, ChildKey};
 use super::{DrainReport, RestartError, TreeExit, context::TreeContext, sweeper};
 use crate::domain::ChannelId;
 use crate::outbound::confirmer::{self, Confirmer};

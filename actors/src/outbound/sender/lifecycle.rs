@@ -62,9 +62,9 @@ impl Sender {
         lease::release_leftover(&self.ctx, &self.owner());
         let (ctx, ports, owner, channel) = (self.ctx.clone(), self.ports.clone(), self.owner(), self.channel);
         let (timeout, notice) = (self.config.send_timeout, lease::lost_notice(me, lost));
-        let task = state.timers.spawn(me, async move {
-            Step::Acquired(grant::run(ctx, ports, owner, channel, timeout, notice).await)
-        });
+        let task = state
+            .timers
+            .spawn(me, async move { Step::Acquired(grant::run(ctx, ports, owner, channel, timeout, notice).await) });
         self.enter(state, Phase::Acquiring { task });
     }
 
@@ -79,8 +79,15 @@ impl Sender {
             Acquisition::Granted(granted) if granted.held.lease.current().is_some() => {
                 let SendGrant { held, gate } = *granted;
                 let conn = Some(self.ports.sends.sender(self.channel));
-                let holding =
-                    Holding { lease: held.lease, grant: held.grant, slot: held.slot, gate, conn, last_work: Instant::now(), lost: false };
+                let holding = Holding {
+                    lease: held.lease,
+                    grant: held.grant,
+                    slot: held.slot,
+                    gate,
+                    conn,
+                    last_work: Instant::now(),
+                    lost: false,
+                };
                 self.ctx.board.set_detail(&self.owner(), "slot", held.slot);
                 // The first turn runs now: it serves a wake that came while acquiring.
                 state.woken = false;
@@ -146,7 +153,8 @@ impl Sender {
         state.publishing = report.publishing.take();
         self.show(&report);
         let woken = std::mem::take(&mut state.woken);
-        let Phase::Sending { mut holding, .. } = std::mem::replace(&mut state.phase, Phase::Standby { not_before: None })
+        let Phase::Sending { mut holding, .. } =
+            std::mem::replace(&mut state.phase, Phase::Standby { not_before: None })
         else {
             self.enter(state, Phase::Standby { not_before: None });
             return Ok(());

@@ -21,7 +21,7 @@ async fn two_pods_send_each_message_once_and_drain_in_real_time() {
         let mut c = tree_config(pod, o);
         let t = &mut c.timing;
         (t.heartbeat, t.long_poll_timeout, t.request_margin, t.acquire_interval) = (ms(100), ms(250), ms(10), ms(50));
-    t.gate_margin = ms(50);
+        t.gate_margin = ms(50);
         (t.empty_poll_floor, t.drain_time, t.stop_timeout) = (ms(50), ms(1500), ms(3000));
         c
     };
