@@ -38,6 +38,11 @@ pub fn lease_lost(cause: &'static str) {
     metrics::counter!("cabine_leases_lost_total", "cause" => cause).increment(1);
 }
 
+/// This pod found partial Redis amnesia (a locally valid lease's key missing or re-granted).
+pub fn partial_amnesia() {
+    metrics::counter!("cabine_lease_partial_amnesia_total").increment(1);
+}
+
 /// Rows the leader's sweeper republished.
 pub fn republished(rows: usize) {
     metrics::counter!("cabine_inbound_republished_total").increment(rows as u64);
@@ -160,6 +165,10 @@ pub fn describe() {
     metrics::describe_counter!("cabine_actor_restarts_total", "Actors restarted by their supervisor, by kind.");
     metrics::describe_gauge!("cabine_slots", "Stream slots of this pod holding / on standby, per channel.");
     metrics::describe_counter!("cabine_leases_lost_total", "Leases this pod lost, by cause.");
+    metrics::describe_counter!(
+        "cabine_lease_partial_amnesia_total",
+        "Renewals that found a locally valid lease's key missing or re-granted (Redis lost keys): each starts a quarantine."
+    );
     metrics::describe_counter!("cabine_slot_failovers_total", "Slots handed over because their cycles kept failing.");
     metrics::describe_counter!("cabine_slot_orphans_adopted_total", "Free slots adopted beyond the fair share.");
     metrics::describe_gauge!("cabine_watchdog_alert", "Watchdog alerts up (1) or down (0), by kind, channel, slot.");

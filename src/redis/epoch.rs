@@ -14,6 +14,9 @@ pub enum EpochState {
     Same,
     /// The epoch key was missing; this call wrote a new one and the quarantine.
     Amnesia,
+    /// Another Redis server (restart from a snapshot, failover): a quarantine
+    /// runs, leases whose key survived go on.
+    Restarted,
     /// The epoch differs from the one we knew: another pod saw amnesia.
     Changed,
 }
@@ -23,6 +26,7 @@ impl EpochState {
         match s {
             "same" => Some(EpochState::Same),
             "amnesia" => Some(EpochState::Amnesia),
+            "restarted" => Some(EpochState::Restarted),
             "changed" => Some(EpochState::Changed),
             _ => None,
         }
@@ -45,6 +49,12 @@ impl EpochView {
     /// Time left in the local quarantine, if any.
     pub fn quarantine_left(&self, now: Instant) -> Option<Duration> {
         self.quarantine_until.map(|until| until.saturating_duration_since(now)).filter(|d| !d.is_zero())
+    }
+
+    /// This pod starts (or extends) its local quarantine to `now + left`.
+    pub fn quarantine_for(&mut self, left: Duration, now: Instant) {
+        let until = now + left;
+        self.quarantine_until = Some(self.quarantine_until.map_or(until, |u| u.max(until)));
     }
 
     /// Records a reply: the epoch Redis holds now and the quarantine left there

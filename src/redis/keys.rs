@@ -37,6 +37,11 @@ impl KeyLayout {
         format!("{}:quarantine", self.base)
     }
 
+    /// The `run_id` of the Redis server that wrote it: another one means a restart or a failover.
+    pub fn server(&self) -> String {
+        format!("{}:server", self.base)
+    }
+
     /// Prefix of the pod heartbeat keys; the pod id follows.
     pub fn pod_prefix(&self) -> String {
         format!("{}:pod:", self.base)

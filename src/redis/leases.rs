@@ -6,8 +6,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use cabine_actors::ports::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool};
-use fred::prelude::{Client, Value};
+use cabine_actors::ports::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool, Quarantine};
+use fred::prelude::{Client, KeysInterface, Value};
 use fred::types::scripts::Script;
 use tokio::time::Instant;
 
@@ -110,9 +110,10 @@ impl RedisLeaseStore {
         }
     }
 
-    /// KEYS of a grant/renew script: epoch, quarantine, then the slots.
+    /// KEYS of a grant/renew script: epoch, quarantine, server, then the slots.
     fn keys(&self, slots: impl IntoIterator<Item = String>) -> Vec<String> {
-        let mut keys = vec![self.config.keys.epoch(), self.config.keys.quarantine()];
+        let k = &self.config.keys;
+        let mut keys = vec![k.epoch(), k.quarantine(), k.server()];
         keys.extend(slots);
         keys
     }
@@ -148,6 +149,15 @@ impl RedisLeaseStore {
                      during the quarantine (a brand-new cluster looks the same and waits once)"
                 );
             }
+            EpochState::Restarted if !moved => {
+                m::amnesia("restarted");
+                tracing::error!(
+                    epoch = %reply.epoch, quarantine = ?reply.left,
+                    "REDIS SERVER CHANGED (restart from a snapshot, failover): its keys may be from the past; \
+                     no pool grants anything during the quarantine, leases whose key survived go on"
+                );
+            }
+            EpochState::Restarted => {}
             EpochState::Changed => {
                 m::amnesia("changed");
                 tracing::warn!(
@@ -252,7 +262,7 @@ impl LeaseStore for RedisLeaseStore {
                 m::refused(pool, m::FULL);
                 Ok(Acquired::Full)
             }
-            "quarantined" | "amnesia" | "changed" => {
+            "quarantined" | "amnesia" | "restarted" | "changed" => {
                 m::refused(pool, m::QUARANTINE);
                 let local = self.view().quarantine_left(Instant::now()).unwrap_or_default();
                 Ok(Acquired::Quarantined { remaining: local.max(reply.left) })
@@ -361,5 +371,36 @@ impl LeaseStore for RedisLeaseStore {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(to_lease_error)
+    }
+
+    async fn report_amnesia(&self, evidence: &str) -> Result<Duration, LeaseError> {
+        let keys = vec![self.config.keys.quarantine()];
+        let args = vec![Value::from(millis(self.config.ttl())), Value::from(evidence.to_owned())];
+        let timeout = self.config.command_timeout;
+        let reply = scripts::call(&self.client, "quarantine", &SCRIPTS.quarantine, keys, args, timeout)
+            .await
+            .map_err(to_lease_error)?;
+        let left = Duration::from_millis(u64::try_from(scripts::int("quarantine", &reply).map_err(to_lease_error)?).unwrap_or(0));
+        self.view().quarantine_for(left, Instant::now());
+        m::amnesia("partial");
+        Ok(left)
+    }
+
+    async fn quarantine(&self) -> Result<Option<Quarantine>, LeaseError> {
+        let key = self.config.keys.quarantine();
+        let timeout = self.config.command_timeout;
+        let read = async {
+            let reason: Option<String> = self.client.get(&key).await?;
+            let left: i64 = self.client.pttl(&key).await?;
+            Ok::<_, fred::error::Error>((reason, left))
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Err(_) => Err(LeaseError::Unavailable(format!("quarantine read: no reply within {timeout:?}"))),
+            Ok(Err(e)) => Err(LeaseError::Unavailable(format!("quarantine read: {e}"))),
+            Ok(Ok((Some(reason), left))) if left > 0 => {
+                Ok(Some(Quarantine { remaining_ms: u64::try_from(left).unwrap_or(0), reason }))
+            }
+            Ok(Ok(_)) => Ok(None),
+        }
     }
 }

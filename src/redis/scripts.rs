@@ -17,6 +17,7 @@ pub(crate) struct Scripts {
     pub renew: Script,
     pub renew_many: Script,
     pub release: Script,
+    pub quarantine: Script,
     pub holders: Script,
     pub beat: Script,
     pub live_pods: Script,
@@ -34,6 +35,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: with_epoch!("scripts/renew.lua"),
     renew_many: with_epoch!("scripts/renew_many.lua"),
     release: Script::from_lua(include_str!("scripts/release.lua")),
+    quarantine: Script::from_lua(include_str!("scripts/quarantine.lua")),
     holders: Script::from_lua(include_str!("scripts/holders.lua")),
     beat: Script::from_lua(include_str!("scripts/beat.lua")),
     live_pods: Script::from_lua(include_str!("scripts/live_pods.lua")),
@@ -41,12 +43,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 });
 
 impl Scripts {
-    fn all(&self) -> [&Script; 8] {
+    fn all(&self) -> [&Script; 9] {
         [
             &self.acquire,
             &self.renew,
             &self.renew_many,
             &self.release,
+            &self.quarantine,
             &self.holders,
             &self.beat,
             &self.live_pods,

@@ -153,6 +153,14 @@ pub struct Holder {
     pub ttl_ms: i64,
 }
 
+/// A quarantine running in the lease store: nothing is granted meanwhile.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantine {
+    pub remaining_ms: u64,
+    /// What started it (amnesia, a server restart, partial amnesia and its evidence).
+    pub reason: String,
+}
+
 /// Leased slots in a shared store; one round trip per call.
 #[async_trait::async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
@@ -166,6 +174,13 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn release(&self, lease: &Lease) -> Result<(), LeaseError>;
     /// Current holders of a pool.
     async fn holders(&self, pool: Pool) -> Result<Vec<Holder>, LeaseError>;
+    /// Partial amnesia (DESIGN §3): a renew found a locally valid lease's key
+    /// missing or re-granted, so the store lost keys. Starts the quarantine
+    /// (lease + lock_delay from now) for the whole cluster and for this pod;
+    /// returns its length.
+    async fn report_amnesia(&self, evidence: &str) -> Result<Duration, LeaseError>;
+    /// The quarantine running now, if any.
+    async fn quarantine(&self) -> Result<Option<Quarantine>, LeaseError>;
 }
 
 #[cfg(test)]

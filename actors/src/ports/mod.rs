@@ -24,5 +24,5 @@ pub use gate::{GateClaim, GateError, SendGates};
 pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};
 pub use icom_send::{IcomSender, SendConnector, SendRefused, SendReply};
 pub use inbox::{Claim, CommitSummary, CommittedRow, InboxError, InboxStore, SlotCursor};
-pub use lease::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool};
+pub use lease::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool, Quarantine};
 pub use publish::{InboundPublisher, PublishError};

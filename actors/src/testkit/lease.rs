@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::domain::ChannelId;
 use crate::ledger::slot_name;
-use crate::ports::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool};
+use crate::ports::{Acquired, GrantId, Holder, Lease, LeaseError, LeaseStore, LostCause, Pool, Quarantine};
 
 #[derive(Clone, Debug)]
 pub struct FakeLeaseSettings {
@@ -38,6 +38,8 @@ pub struct LeaseAudit {
     pub releases: HashMap<String, u64>,
     pub renew_many_calls: u64,
     pub quarantined_answers: u64,
+    /// Partial amnesia reported by pods (each report's evidence).
+    pub amnesia_reports: Vec<String>,
 }
 
 struct Validity {
@@ -53,6 +55,8 @@ struct Table {
     epoch: u64,
     epoch_missing: bool,
     quarantine_until: Option<Instant>,
+    /// Why the running quarantine started.
+    quarantine_reason: String,
     grant_epochs: HashMap<String, u64>,
     /// Every grant's local validity as its holder computes it (acquire, renewals), and whether it was given back.
     validity: HashMap<String, Validity>,
@@ -98,6 +102,14 @@ impl FakeLeaseStore {
         let mut t = self.lock();
         t.keys.clear();
         t.epoch_missing = true;
+    }
+
+    /// Eviction of every key with a TTL (or a rollback to a snapshot without
+    /// them): the slot keys and the quarantine are gone, the epoch survives.
+    pub fn evict_ttl_keys(&self) {
+        let mut t = self.lock();
+        t.keys.clear();
+        t.quarantine_until = None;
     }
 
     /// Another grant takes the slot's key (a split brain the fences must absorb).
@@ -148,6 +160,7 @@ impl FakeLeaseStore {
             t.epoch_missing = false;
             t.epoch += 1;
             t.quarantine_until = Some(now + self.ttl());
+            t.quarantine_reason = "amnesia: the epoch key was gone".into();
         }
     }
 
@@ -184,6 +197,9 @@ impl FakeLeaseStore {
             return Err(LostCause::Amnesia);
         }
         let key = (lease.pool, lease.slot);
+        if t0 >= lease.valid_until {
+            return Err(LostCause::Expired);
+        }
         match t.keys.get(&key) {
             None => return Err(LostCause::Missing),
             Some(k) if k.expires <= now => {
@@ -191,7 +207,6 @@ impl FakeLeaseStore {
                 return Err(LostCause::Missing);
             }
             Some(k) if k.grant != lease.grant.0 => return Err(LostCause::Stolen),
-            Some(_) if t0 >= lease.valid_until => return Err(LostCause::Expired),
             Some(_) => {}
         }
         if let Some(k) = t.keys.get_mut(&key) {
@@ -278,5 +293,27 @@ impl LeaseStore for PodLeases {
             .collect();
         holders.sort_by_key(|h| h.slot);
         Ok(holders)
+    }
+
+    async fn report_amnesia(&self, evidence: &str) -> Result<Duration, LeaseError> {
+        self.store.round_trip().await?;
+        let mut t = self.store.lock();
+        let until = Instant::now() + self.store.ttl();
+        if t.quarantine_until.is_none_or(|u| u < until) {
+            t.quarantine_until = Some(until);
+            t.quarantine_reason = format!("partial amnesia: {evidence}");
+        }
+        t.audit.amnesia_reports.push(evidence.to_owned());
+        Ok(self.store.ttl())
+    }
+
+    async fn quarantine(&self) -> Result<Option<Quarantine>, LeaseError> {
+        self.store.round_trip().await?;
+        let t = self.store.lock();
+        let now = Instant::now();
+        Ok(t.quarantine_until.filter(|u| *u > now).map(|u| Quarantine {
+            remaining_ms: (u - now).as_millis() as u64,
+            reason: t.quarantine_reason.clone(),
+        }))
     }
 }

@@ -2,7 +2,10 @@
 //! one `renew_many`, marks lost the ones the store refuses (or whose local
 //! validity has passed: renewals failing) and notifies their owners through
 //! the ledger, writes the pod's heartbeat (held slots, failover cooldowns) and refreshes the
-//! live-pod view that fair share reads. The I/O runs in a spawned task whose
+//! live-pod view that fair share reads. A renewal that finds a lease's key missing
+//! or re-granted while the lease was still locally valid is proof that Redis lost
+//! keys (eviction, a rollback, a lagging replica: partial amnesia, DESIGN §3): the
+//! heartbeat reports it, which quarantines every pool of the cluster. The I/O runs in a spawned task whose
 //! report comes back as a message. On drain it leaves the registry first (so
 //! other pods take the slots over) and keeps renewing until the tree ends.
 
@@ -11,6 +14,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
+use crate::ledger::slot_name;
 use crate::metrics;
 use crate::ports::{ClusterError, Lease, LeaseError, LostCause, PodBeat, Pool};
 use crate::task::OwnedTask;
@@ -42,6 +46,8 @@ pub struct HeartbeatState {
     generation: u64,
     task: Option<OwnedTask>,
     leave: Option<OwnedTask>,
+    /// A partial-amnesia report on its way to the lease store.
+    report: Option<OwnedTask>,
     leaving: bool,
 }
 
@@ -58,7 +64,7 @@ impl Actor for LeaseHeartbeat {
 
     async fn pre_start(&self, _me: ActorRef<HeartbeatMsg>, _: ()) -> Result<HeartbeatState, ActorProcessingErr> {
         self.ctx.board.register(ID, Some("root"), "lease-heartbeat");
-        Ok(HeartbeatState { generation: 0, task: None, leave: None, leaving: false })
+        Ok(HeartbeatState { generation: 0, task: None, leave: None, report: None, leaving: false })
     }
 
     async fn post_start(
@@ -82,7 +88,9 @@ impl Actor for LeaseHeartbeat {
             HeartbeatMsg::TickDone { generation, report } if generation == state.generation => {
                 state.task = None;
                 let started = report.started;
-                self.apply(*report)?;
+                if let Some(evidence) = self.apply(*report)? {
+                    self.report_amnesia(state, evidence);
+                }
                 let next = self.ctx.config.timing.heartbeat.saturating_sub(started.elapsed());
                 state.generation += 1;
                 let generation = state.generation;
@@ -119,7 +127,8 @@ impl LeaseHeartbeat {
         }));
     }
 
-    fn apply(&self, report: TickReport) -> Result<(), ActorProcessingErr> {
+    /// Applies a tick's answers; returns the evidence of partial amnesia, if any.
+    fn apply(&self, report: TickReport) -> Result<Option<String>, ActorProcessingErr> {
         let (ledger, board) = (&self.ctx.ledger, &self.ctx.board);
         let mut lost = match report.renewals {
             Ok(answers) => ledger.apply_renewals(&report.sent, answers),
@@ -132,6 +141,7 @@ impl LeaseHeartbeat {
             }
             Err(LeaseError::Fatal(e)) => return Err(format!("lease store fatal on renew: {e}").into()),
         };
+        let evidence = amnesia_evidence(&report.sent, &lost);
         lost.extend(ledger.expire_overdue(LostCause::Unreachable));
         for (owner, cause) in &lost {
             tracing::warn!(%owner, %cause, "lease lost");
@@ -154,7 +164,24 @@ impl LeaseHeartbeat {
             metrics::slots(*ch, holding, n.saturating_sub(holding));
             metrics::slots_cooling(*ch, cooling.iter().filter(|s| s.channel == *ch).count());
         }
-        Ok(())
+        Ok(evidence)
+    }
+
+    /// Tells the lease store (in a task) that it lost keys: no pool grants for a quarantine.
+    fn report_amnesia(&self, state: &mut HeartbeatState, evidence: String) {
+        tracing::error!(%evidence, "PARTIAL REDIS AMNESIA: a locally valid lease's key is gone or re-granted; quarantining every pool");
+        metrics::partial_amnesia();
+        self.ctx.board.add_detail(ID, "partial_amnesia", 1);
+        self.ctx.board.set_error(ID, format!("partial amnesia: {evidence}"));
+        let ctx = self.ctx.clone();
+        state.report = Some(OwnedTask::spawn(async move {
+            let budget = ctx.config.timing.heartbeat;
+            match tokio::time::timeout(budget, ctx.ports.leases.report_amnesia(&evidence)).await {
+                Ok(Ok(quarantine)) => tracing::warn!(?quarantine, "quarantine started for partial amnesia"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "partial amnesia not reported; pods see it on their own renewals"),
+                Err(_) => tracing::warn!("partial amnesia report timed out; pods see it on their own renewals"),
+            }
+        }));
     }
 
     fn leave(&self, me: &ActorRef<HeartbeatMsg>, state: &mut HeartbeatState, reply: RpcReplyPort<Vec<PodBeat>>) {
@@ -178,6 +205,22 @@ impl LeaseHeartbeat {
             let _ = reply.send(others);
         }));
     }
+}
+
+/// Leases still ours (the ledger applied the answer) whose key the renewal found
+/// missing or held by another grant: only a store that lost keys does that to
+/// a lease that was valid when the renewal was sent (its key outlives the
+/// local validity by lock_delay).
+fn amnesia_evidence(sent: &[(String, Lease)], lost: &[(String, LostCause)]) -> Option<String> {
+    let found: Vec<String> = lost
+        .iter()
+        .filter(|(_, cause)| matches!(cause, LostCause::Missing | LostCause::Stolen))
+        .filter_map(|(owner, cause)| {
+            let lease = sent.iter().find(|(o, _)| o == owner).map(|(_, l)| l)?;
+            Some(format!("{} {cause} ({owner})", slot_name(lease.pool, lease.slot)))
+        })
+        .collect();
+    (!found.is_empty()).then(|| found.join(", "))
 }
 
 async fn bounded<T>(budget: Duration, call: impl Future<Output = Result<T, ClusterError>>) -> Result<T, ClusterError> {

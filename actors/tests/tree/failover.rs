@@ -140,6 +140,12 @@ impl LeaseStore for StuckAcquire {
     async fn holders(&self, pool: Pool) -> Result<Vec<Holder>, LeaseError> {
         self.inner.holders(pool).await
     }
+    async fn report_amnesia(&self, evidence: &str) -> Result<std::time::Duration, LeaseError> {
+        self.inner.report_amnesia(evidence).await
+    }
+    async fn quarantine(&self) -> Result<Option<cabine_actors::ports::Quarantine>, LeaseError> {
+        self.inner.quarantine().await
+    }
 }
 
 /// A pod whose Slot(`slot`) cannot acquire while the returned sender holds `true`.
