@@ -119,6 +119,7 @@ impl Lane {
             Err(Refusal::UnknownToken) => return ReadOutcome::UnknownToken,
         };
         let _presence = Presence { lane: self, stream: ticket.stream };
+        self.count_readers(ticket.readers);
         self.acknowledge(&ticket.acked);
         if let Some(messages) = ticket.redeliver {
             self.counters.redelivered.add(messages.len() as u64);
@@ -141,6 +142,14 @@ impl Lane {
             if tokio::time::timeout_at(deadline, arrival).await.is_err() {
                 return ReadOutcome::Empty { pull_next: ticket.pull_next };
             }
+        }
+    }
+
+    /// A read began on a stream with `readers` requests on it now (itself included).
+    fn count_readers(&self, readers: u32) {
+        self.counters.reads_per_stream.raise(u64::from(readers));
+        if readers > 1 {
+            self.counters.concurrent_reads.add(1);
         }
     }
 
@@ -216,9 +225,11 @@ impl Lane {
         let c = &self.counters;
         LaneAudit {
             ispb: self.ispb.to_string(),
-            channel: self.channel.as_str(),
+            channel: self.channel.as_str().to_owned(),
             open_streams: open,
             max_open_streams: c.open_streams.peak(),
+            concurrent_reads: c.concurrent_reads.get(),
+            max_reads_per_stream: c.reads_per_stream.get(),
             in_flight: c.in_flight.now(),
             max_in_flight: c.in_flight.peak(),
             max_in_flight_streams: c.in_flight_streams.peak(),

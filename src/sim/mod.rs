@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use args::{SimArgs, run};
-pub use audit::LaneAudit;
+pub use audit::{AuditReport, LaneAudit};
 pub use bucket::{BucketRate, BucketRates};
 pub use clock::{ManualClock, SimClock, SystemClock};
 pub use control::{InjectKind, MAX_INJECT};

@@ -50,6 +50,8 @@ pub struct Ticket {
     pub acked: Vec<Message>,
     /// The unacknowledged batch to send again (repeating the previous pull-next).
     pub redeliver: Option<Vec<Message>>,
+    /// Requests on the stream being handled now, this one included (above 1: concurrent reads).
+    pub readers: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +129,7 @@ impl Book {
         let stream =
             Stream { cursor: None, next: next.clone(), pending: Vec::new(), generation: 1, active: 1, last_seen: now };
         self.streams.insert(id, stream);
-        Ok(Ticket { stream: id, generation: 1, pull_next: next, acked: Vec::new(), redeliver: None })
+        Ok(Ticket { stream: id, generation: 1, pull_next: next, acked: Vec::new(), redeliver: None, readers: 1 })
     }
 
     /// `GET` on a pull-next token.
@@ -150,7 +152,14 @@ impl Book {
         stream.generation += 1;
         stream.active += 1;
         stream.last_seen = now;
-        Ok(Ticket { stream: id, generation: stream.generation, pull_next: stream.next.clone(), acked, redeliver })
+        Ok(Ticket {
+            stream: id,
+            generation: stream.generation,
+            pull_next: stream.next.clone(),
+            acked,
+            redeliver,
+            readers: stream.active,
+        })
     }
 
     /// Moves up to `max` messages from the head of the queue into the stream's batch (a request
