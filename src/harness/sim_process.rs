@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::sim::{AuditReport, LaneAudit};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SimProcessError {
     #[error("spawning {0}: {1}")]
@@ -88,6 +90,23 @@ impl SimControl {
             .as_array()
             .and_then(|lanes| lanes.iter().find(|l| l["channel"] == channel).cloned())
             .ok_or_else(|| SimProcessError::Control(format!("no {channel} lane in {v}")))
+    }
+
+    /// Every lane of the audit, typed.
+    pub async fn audit_lanes(&self) -> Result<Vec<LaneAudit>, SimProcessError> {
+        let v = self.get("/sim/audit").await?;
+        let report: AuditReport =
+            serde_json::from_value(v).map_err(|e| SimProcessError::Control(format!("audit: {e}")))?;
+        Ok(report.lanes)
+    }
+
+    /// The typed audit lane of `channel` (`cpm` / `csm`) of the first ISPB.
+    pub async fn audit_lane(&self, channel: &str) -> Result<LaneAudit, SimProcessError> {
+        let lanes = self.audit_lanes().await?;
+        lanes
+            .into_iter()
+            .find(|l| l.channel == channel)
+            .ok_or_else(|| SimProcessError::Control(format!("no {channel} lane in the audit")))
     }
 
     pub async fn faults(&self, patch: Value) -> Result<Value, SimProcessError> {

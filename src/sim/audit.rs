@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 /// A live count with its high-water mark.
 #[derive(Debug, Default)]
@@ -49,6 +49,22 @@ impl Gauge {
     }
 }
 
+/// A high-water mark of something counted elsewhere (e.g. requests on one stream).
+#[derive(Debug, Default)]
+pub struct Peak(AtomicU64);
+
+impl Peak {
+    pub fn raise(&self, value: u64) {
+        self.0.fetch_max(value, Ordering::AcqRel);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+    pub fn clear(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
 /// A plain counter.
 #[derive(Debug, Default)]
 pub struct Count(AtomicU64);
@@ -73,6 +89,10 @@ pub struct LaneCounters {
     pub in_flight_sends: Gauge,
     pub tcp_connections: Gauge,
     pub open_streams: Gauge,
+    /// Reads that began on a stream while another request on it was still being handled.
+    pub concurrent_reads: Count,
+    /// Most requests handled at once on one stream.
+    pub reads_per_stream: Peak,
     pub rejected_429: Count,
     pub rejected_streams: Count,
     pub rejected_in_flight: Count,
@@ -102,7 +122,9 @@ impl LaneCounters {
         }
         self.open_streams.set(0);
         self.open_streams.reset_peak();
+        self.reads_per_stream.clear();
         for c in [
+            &self.concurrent_reads,
             &self.rejected_429,
             &self.rejected_streams,
             &self.rejected_in_flight,
@@ -128,13 +150,26 @@ impl LaneCounters {
     }
 }
 
+/// `GET /sim/audit`: the generator's seed and every (ispb, channel).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AuditReport {
+    pub seed: u64,
+    pub lanes: Vec<LaneAudit>,
+}
+
 /// `GET /sim/audit`: one (ispb, channel).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaneAudit {
     pub ispb: String,
-    pub channel: &'static str,
+    /// `cpm` or `csm`.
+    pub channel: String,
     pub open_streams: u64,
     pub max_open_streams: u64,
+    /// Reads (GET on a pull-next) that began while another request on the same stream was still
+    /// being handled (held or answered): two clients believe they own one stream.
+    pub concurrent_reads: u64,
+    /// Most requests handled at once on one stream (1 for a client that waits for each answer).
+    pub max_reads_per_stream: u64,
     /// Requests being handled now / at most at once (both endpoints, refused ones included).
     pub in_flight: u64,
     pub max_in_flight: u64,

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::audit::OutboundRecord;
+use super::audit::{AuditReport, OutboundRecord};
 use super::faults::FaultPatch;
 use super::generator::Draft;
 use super::lane::Lane;
@@ -197,12 +197,6 @@ async fn set_faults(
 async fn reset(State(state): State<ControlState>) -> Response {
     state.shared.reset();
     Json(json!({ "reset": true })).into_response()
-}
-
-#[derive(Serialize)]
-struct AuditReport {
-    seed: u64,
-    lanes: Vec<super::audit::LaneAudit>,
 }
 
 async fn audit(State(state): State<ControlState>) -> Response {

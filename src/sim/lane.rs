@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use super::audit::{LaneAudit, LaneCounters, LedgerEntry, Ring};
 use super::bucket::TokenBucket;
 use super::clock::{SimClock, unix_millis};
-use super::streams::{Book, Close, Message, Refusal, Take};
+use super::streams::{Book, Close, Message, Refusal, Take, Ticket};
 
 /// The acknowledged ResourceIds of every lane.
 pub type Ledger = Mutex<Ring<LedgerEntry>>;
@@ -99,7 +99,9 @@ impl Lane {
         self.arrivals.notify_waiters();
     }
 
-    /// `start` (token `None`) or `GET` on a pull-next.
+    /// `start` (token `None`) or `GET` on a pull-next. Other requests may read the same stream at
+    /// once: none gives way, each may be handed its own batch, all are answered with the stream's
+    /// current pull-next.
     pub async fn read(&self, token: Option<&str>, rules: ReadRules) -> ReadOutcome {
         let admitted = {
             let mut book = self.book();
@@ -119,28 +121,43 @@ impl Lane {
             Err(Refusal::UnknownToken) => return ReadOutcome::UnknownToken,
         };
         let _presence = Presence { lane: self, stream: ticket.stream };
+        self.count_readers(ticket.readers);
         self.acknowledge(&ticket.acked);
         if let Some(messages) = ticket.redeliver {
             self.counters.redelivered.add(messages.len() as u64);
             return ReadOutcome::Batch { messages, pull_next: ticket.pull_next };
         }
+        self.hold(&ticket, rules).await
+    }
+
+    /// Waits for messages until the hold passes: a batch of the request's own, or empty.
+    async fn hold(&self, ticket: &Ticket, rules: ReadRules) -> ReadOutcome {
         let deadline = tokio::time::Instant::now() + rules.hold;
         loop {
             let mut arrival = pin!(self.arrivals.notified());
             arrival.as_mut().enable();
-            let took = self.book().take(ticket.stream, ticket.generation, rules.max_messages);
+            let took = self.book().take(ticket.stream, rules.max_messages);
             match took {
-                Take::Batch { messages, first, again } => {
+                Take::Batch { messages, first, again, pull_next } => {
                     self.counters.delivered.add(first);
                     self.counters.redelivered.add(again);
-                    return ReadOutcome::Batch { messages, pull_next: ticket.pull_next };
+                    return ReadOutcome::Batch { messages, pull_next };
                 }
-                Take::Superseded => return ReadOutcome::Empty { pull_next: ticket.pull_next },
+                Take::Gone => return ReadOutcome::Empty { pull_next: ticket.pull_next.clone() },
                 Take::Empty => {}
             }
             if tokio::time::timeout_at(deadline, arrival).await.is_err() {
-                return ReadOutcome::Empty { pull_next: ticket.pull_next };
+                let current = self.book().pull_next(ticket.stream);
+                return ReadOutcome::Empty { pull_next: current.unwrap_or_else(|| ticket.pull_next.clone()) };
             }
+        }
+    }
+
+    /// A read began on a stream with `readers` requests on it now (itself included).
+    fn count_readers(&self, readers: u32) {
+        self.counters.reads_per_stream.raise(u64::from(readers));
+        if readers > 1 {
+            self.counters.concurrent_reads.add(1);
         }
     }
 
@@ -216,9 +233,11 @@ impl Lane {
         let c = &self.counters;
         LaneAudit {
             ispb: self.ispb.to_string(),
-            channel: self.channel.as_str(),
+            channel: self.channel.as_str().to_owned(),
             open_streams: open,
             max_open_streams: c.open_streams.peak(),
+            concurrent_reads: c.concurrent_reads.get(),
+            max_reads_per_stream: c.reads_per_stream.get(),
             in_flight: c.in_flight.now(),
             max_in_flight: c.in_flight.peak(),
             max_in_flight_streams: c.in_flight_streams.peak(),

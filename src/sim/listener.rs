@@ -2,7 +2,9 @@
 //! its own task (optional mTLS handshake, then hyper HTTP/1.1), is counted
 //! against its (ispb, channel) — at accept when that is known (a single ISPB,
 //! or the client certificate's CN), else at its first request — and can be
-//! reset (RST) by a fault.
+//! reset (RST) by a fault. A connection that closes ends only the wait for
+//! its answers: each request is handled to its end in a task of its own
+//! (`routes::serve`), as a real server keeps a held long-poll it already took.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -62,7 +64,7 @@ async fn connection(
     let rst_handle = tcp.as_fd().try_clone_to_owned().ok();
     match tls {
         None => {
-            let ctx = Arc::new(ConnCtx::new(shared.clone(), channel, None));
+            let ctx = Arc::new(ConnCtx::new(shared.clone(), channel, None, cancel.clone()));
             if let Some(lane) = shared.sole_lane(channel) {
                 ctx.attribute(lane);
             }
@@ -79,7 +81,7 @@ async fn connection(
             };
             let cn =
                 stream.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(|c| subject_common_name(c));
-            let ctx = Arc::new(ConnCtx::new(shared.clone(), channel, cn.clone()));
+            let ctx = Arc::new(ConnCtx::new(shared.clone(), channel, cn.clone(), cancel.clone()));
             if let Some(lane) = cn.as_deref().and_then(|cn| shared.lane(cn, channel)) {
                 ctx.attribute(lane);
             }
@@ -96,7 +98,7 @@ where
     let service_ctx = ctx.clone();
     let service = service_fn(move |req| {
         let ctx = service_ctx.clone();
-        async move { Ok::<_, std::convert::Infallible>(routes::handle(req, ctx).await) }
+        async move { Ok::<_, std::convert::Infallible>(routes::serve(req, ctx).await) }
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())

@@ -38,9 +38,10 @@ use http::StatusCode;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub use args::{SimArgs, run};
-pub use audit::LaneAudit;
+pub use audit::{AuditReport, LaneAudit};
 pub use bucket::{BucketRate, BucketRates};
 pub use clock::{ManualClock, SimClock, SystemClock};
 pub use control::{InjectKind, MAX_INJECT};
@@ -170,6 +171,8 @@ pub struct RunningSim {
     pub seed: u64,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// Requests being handled (they outlive their connections, not the simulator).
+    requests: TaskTracker,
 }
 
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), SimError> {
@@ -214,6 +217,7 @@ impl Simulator {
             seed: shared.seed,
             cancel,
             tasks,
+            requests: shared.requests.clone(),
         })
     }
 }
@@ -248,12 +252,15 @@ impl RunningSim {
         format!(r#"{{"primary":"{}","secondary":"{}","control":"{}"}}"#, self.primary, self.secondary, self.control)
     }
 
-    /// Stops accepting, drops every connection and waits for the listeners to end.
+    /// Stops accepting, drops every connection, ends every request being handled and waits for
+    /// all of them.
     pub async fn shutdown(mut self) {
         self.cancel.cancel();
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
         }
+        self.requests.close();
+        self.requests.wait().await;
     }
 }
 

@@ -13,6 +13,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use super::faults::FaultAction;
 use super::headers::{self, HostCheck};
@@ -32,11 +33,13 @@ pub struct ConnCtx {
     lane: OnceLock<Arc<Lane>>,
     /// Signalled by a reset fault: the connection task drops the socket with an RST.
     pub reset: Notify,
+    /// The simulator's shutdown: ends the handling of every request, held or not.
+    cancel: CancellationToken,
 }
 
 impl ConnCtx {
-    pub fn new(shared: Arc<Shared>, channel: ChannelId, peer_cn: Option<String>) -> Self {
-        ConnCtx { shared, channel, peer_cn, lane: OnceLock::new(), reset: Notify::new() }
+    pub fn new(shared: Arc<Shared>, channel: ChannelId, peer_cn: Option<String>, cancel: CancellationToken) -> Self {
+        ConnCtx { shared, channel, peer_cn, lane: OnceLock::new(), reset: Notify::new(), cancel }
     }
 
     /// Counts this connection against `lane`, once.
@@ -102,81 +105,80 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The service of an ICOM listener.
-pub async fn handle(req: Request<Incoming>, ctx: Arc<ConnCtx>) -> Response<Full<Bytes>> {
-    let shared = ctx.shared.clone();
-    let close = shared.faults(ctx.channel).close_after_response;
-    let mut response = dispatch(req, &ctx, &shared).await;
-    if close {
-        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    response
+/// How the handling of one request ended.
+enum Handled {
+    Answer(Response<Full<Bytes>>),
+    /// A reset fault fired: the connection goes with an RST, nothing is answered.
+    Reset,
 }
 
-async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Response<Full<Bytes>> {
-    let path = req.uri().path().to_owned();
-    let Some((ispb, endpoint)) = route(&path) else {
-        return problem::respond(StatusCode::NOT_FOUND, Problem::NotFound, &format!("no ICOM endpoint at {path}"));
-    };
-    let Some(lane) = shared.lane(ispb, ctx.channel) else {
-        return problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, &format!("ISPB {ispb} is not served here"));
-    };
-    if shared.tls && ctx.peer_cn.as_deref() != Some(ispb) {
-        let detail = format!("the client certificate ({:?}) does not belong to ISPB {ispb}", ctx.peer_cn);
-        return problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, &detail);
+impl From<Response<Full<Bytes>>> for Handled {
+    fn from(response: Response<Full<Bytes>>) -> Self {
+        Handled::Answer(response)
     }
-    ctx.attribute(lane);
-    if endpoint == Endpoint::Send {
+}
+
+/// The service of an ICOM listener. Each request is handled in a task of its own that runs to its
+/// end whether or not the client is still there, as on a real server: a client that goes away
+/// (hyper then drops this future) drops only the wait for the answer, never the work — an
+/// abandoned GET stays held, counted in flight and able to be handed a batch; an abandoned POST
+/// whose body arrived is still stored. Only the simulator's shutdown ends the work early.
+pub async fn serve(req: Request<Incoming>, ctx: Arc<ConnCtx>) -> Response<Full<Bytes>> {
+    let work = ctx.shared.requests.spawn(detached(req, ctx.clone()));
+    match work.await {
+        Ok(Handled::Answer(response)) => response,
+        Ok(Handled::Reset) => {
+            ctx.reset.notify_one();
+            std::future::pending().await
+        }
+        Err(e) => problem::respond(StatusCode::INTERNAL_SERVER_ERROR, Problem::ServerError, &e.to_string()),
+    }
+}
+
+/// One request's handling, until it ends or the simulator stops.
+async fn detached(req: Request<Incoming>, ctx: Arc<ConnCtx>) -> Handled {
+    tokio::select! {
+        handled = handle(req, &ctx) => handled,
+        _ = ctx.cancel.cancelled() => {
+            problem::respond(StatusCode::SERVICE_UNAVAILABLE, Problem::ServiceUnavailable, "the simulator is stopping")
+                .into()
+        }
+    }
+}
+
+async fn handle(req: Request<Incoming>, ctx: &ConnCtx) -> Handled {
+    let shared = ctx.shared.clone();
+    let close = shared.faults(ctx.channel).close_after_response;
+    let mut handled = dispatch(req, ctx, &shared).await;
+    if let (true, Handled::Answer(response)) = (close, &mut handled) {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    handled
+}
+
+async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Handled {
+    let path = req.uri().path().to_owned();
+    let (lane, endpoint) = match admit(&path, ctx, shared) {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused.answer().into(),
+    };
+    let send = endpoint == Endpoint::Send;
+    if send {
         lane.counters.send_requests.add(1);
     }
-    let (_in_flight, count) = InFlight::enter(lane, endpoint == Endpoint::Send, shared.cfg.sends_counted_separately);
+    let (_in_flight, count) = InFlight::enter(lane, send, shared.cfg.sends_counted_separately);
     if count > shared.cfg.max_in_flight as u64 {
-        lane.counters.rejected_in_flight.add(1);
-        let status = shared.cfg.over_in_flight_status;
-        if status == StatusCode::TOO_MANY_REQUESTS {
-            lane.counters.rejected_429.add(1);
-        }
-        let detail = format!("{count} simultaneous requests exceed {}", shared.cfg.max_in_flight);
-        return problem::respond(status, Problem::TooManyRequests, &detail);
+        return over_cap(lane, shared, count).into();
     }
-    let faults = shared.faults(ctx.channel);
-    let roll = faults.roll(endpoint == Endpoint::Send);
-    if roll.delay > Duration::ZERO {
-        tokio::time::sleep(roll.delay).await;
-    }
-    let mut store_then_fail = None;
-    match roll.action {
-        FaultAction::None => {}
-        FaultAction::Reset => {
-            lane.counters.fault_resets.add(1);
-            ctx.reset.notify_one();
-            return std::future::pending().await;
-        }
-        FaultAction::TooManyRequests => {
-            lane.counters.fault_429.add(1);
-            lane.counters.rejected_429.add(1);
-            let mut r = problem::respond(StatusCode::TOO_MANY_REQUESTS, Problem::TooManyRequests, "fault injected");
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return r;
-        }
-        FaultAction::Forbidden => {
-            lane.counters.fault_4xx_sends.add(1);
-            return problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, "fault injected: send refused");
-        }
-        FaultAction::ServerError(status) => {
-            lane.counters.fault_5xx.add(1);
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            if !(faults.store_before_5xx && endpoint == Endpoint::Send) {
-                return problem::respond(status, Problem::ServerError, "fault injected");
-            }
-            store_then_fail = Some(status);
-        }
-    }
+    let store_then_fail = match fault(lane, ctx, shared, send).await {
+        Ok(store_then_fail) => store_then_fail,
+        Err(ended) => return ended,
+    };
     if let Some(refusal) = header_refusal(&req, shared) {
-        if endpoint == Endpoint::Send {
+        if send {
             lane.counters.refused_sends.add(1);
         }
-        return refusal;
+        return refusal.into();
     }
     let response = match (endpoint, req.method()) {
         (Endpoint::Start, &Method::GET) => read(&req, lane, shared, ctx.channel, None).await,
@@ -189,8 +191,86 @@ async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Res
         }
     };
     match store_then_fail {
-        Some(status) => problem::respond(status, Problem::ServerError, "fault injected after storing"),
-        None => response,
+        Some(status) => problem::respond(status, Problem::ServerError, "fault injected after storing").into(),
+        None => response.into(),
+    }
+}
+
+/// A request refused before it counts in flight: what to answer.
+struct Refused {
+    status: StatusCode,
+    problem: Problem,
+    detail: String,
+}
+
+impl Refused {
+    fn answer(&self) -> Response<Full<Bytes>> {
+        problem::respond(self.status, self.problem, &self.detail)
+    }
+}
+
+/// Route and authorisation: the lane and endpoint of the request, counted against its connection.
+fn admit<'p, 's>(path: &'p str, ctx: &ConnCtx, shared: &'s Shared) -> Result<(&'s Arc<Lane>, Endpoint<'p>), Refused> {
+    let Some((ispb, endpoint)) = route(path) else {
+        let detail = format!("no ICOM endpoint at {path}");
+        return Err(Refused { status: StatusCode::NOT_FOUND, problem: Problem::NotFound, detail });
+    };
+    let Some(lane) = shared.lane(ispb, ctx.channel) else {
+        let detail = format!("ISPB {ispb} is not served here");
+        return Err(Refused { status: StatusCode::FORBIDDEN, problem: Problem::Forbidden, detail });
+    };
+    if shared.tls && ctx.peer_cn.as_deref() != Some(ispb) {
+        let detail = format!("the client certificate ({:?}) does not belong to ISPB {ispb}", ctx.peer_cn);
+        return Err(Refused { status: StatusCode::FORBIDDEN, problem: Problem::Forbidden, detail });
+    }
+    ctx.attribute(lane);
+    Ok((lane, endpoint))
+}
+
+/// One request more than the in-flight cap: 429 (or the configured 503).
+fn over_cap(lane: &Lane, shared: &Shared, count: u64) -> Response<Full<Bytes>> {
+    lane.counters.rejected_in_flight.add(1);
+    let status = shared.cfg.over_in_flight_status;
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        lane.counters.rejected_429.add(1);
+    }
+    let detail = format!("{count} simultaneous requests exceed {}", shared.cfg.max_in_flight);
+    problem::respond(status, Problem::TooManyRequests, &detail)
+}
+
+/// The channel's faults for one request: its latency, then an early end (reset, 429, 403, 5xx), or
+/// go on — with the 5xx to answer after storing a send (`store_before_5xx`).
+async fn fault(lane: &Lane, ctx: &ConnCtx, shared: &Shared, send: bool) -> Result<Option<StatusCode>, Handled> {
+    let faults = shared.faults(ctx.channel);
+    let roll = faults.roll(send);
+    if roll.delay > Duration::ZERO {
+        tokio::time::sleep(roll.delay).await;
+    }
+    match roll.action {
+        FaultAction::None => Ok(None),
+        FaultAction::Reset => {
+            lane.counters.fault_resets.add(1);
+            Err(Handled::Reset)
+        }
+        FaultAction::TooManyRequests => {
+            lane.counters.fault_429.add(1);
+            lane.counters.rejected_429.add(1);
+            let mut r = problem::respond(StatusCode::TOO_MANY_REQUESTS, Problem::TooManyRequests, "fault injected");
+            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            Err(r.into())
+        }
+        FaultAction::Forbidden => {
+            lane.counters.fault_4xx_sends.add(1);
+            Err(problem::respond(StatusCode::FORBIDDEN, Problem::Forbidden, "fault injected: send refused").into())
+        }
+        FaultAction::ServerError(status) => {
+            lane.counters.fault_5xx.add(1);
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            if faults.store_before_5xx && send {
+                return Ok(Some(status));
+            }
+            Err(problem::respond(status, Problem::ServerError, "fault injected").into())
+        }
     }
 }
 

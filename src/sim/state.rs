@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::SystemTime;
 
 use cabine_actors::domain::ChannelId;
+use tokio_util::task::TaskTracker;
 
 use super::SimConfig;
 use super::audit::{LaneAudit, OutboundRecord, Ring};
@@ -65,6 +66,9 @@ pub struct Shared {
     accepted: Mutex<AcceptedIds>,
     resource_salt: u32,
     resource_seq: AtomicU64,
+    /// The task of every request being handled: each outlives its client's connection, not the
+    /// simulator (shutdown waits for them).
+    pub requests: TaskTracker,
 }
 
 /// A well-mixed function of the seed (SplitMix64), for identifiers derived from it.
@@ -110,6 +114,7 @@ impl Shared {
             accepted: Mutex::new(AcceptedIds { seen: HashSet::new(), order: VecDeque::new(), cap: cfg.dedup_cap }),
             resource_salt: splitmix64(seed) as u32,
             resource_seq: AtomicU64::new(0),
+            requests: TaskTracker::new(),
             cfg,
         })
     }
