@@ -1,8 +1,9 @@
 //! `GET /cluster`: the cluster as Redis and Postgres see it — live pods (pid,
 //! version, uptime, held slots, failover cooldowns), the holders of every pool
-//! with their TTL, the leader, per slot the fence and cursor age from
-//! `slot_cursor`, and this pod's watchdog alerts. A source that cannot be read
-//! is named in `errors`; the rest is still shown.
+//! with their TTL, the leader, a lease quarantine if one runs (and why), per
+//! slot the fence, cursor age and gate busy window from the inbox's cursor
+//! rows, and this pod's watchdog alerts. A source that cannot be read is named
+//! in `errors`; the rest is still shown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cabine_actors::Alert;
 use cabine_actors::domain::ChannelId;
-use cabine_actors::ports::{Holder, LeaseStore, PodBeat, PodRegistry, Pool};
+use cabine_actors::ports::{Holder, InboxStore, LeaseStore, PodBeat, PodRegistry, Pool, Quarantine};
 use serde::Serialize;
 
 use super::AppState;
@@ -22,7 +23,8 @@ use super::AppState;
 pub struct ClusterSource {
     pub leases: Arc<dyn LeaseStore>,
     pub pods: Arc<dyn PodRegistry>,
-    pub postgres: deadpool_postgres::Pool,
+    /// The cursor rows (fence, stream, gate) are the inbox's: read through it.
+    pub inbox: Arc<dyn InboxStore>,
     pub ispb: String,
     pub channels: Vec<ChannelId>,
     /// Bound on each read.
@@ -34,6 +36,8 @@ pub struct ClusterView {
     pub ispb: String,
     pub pods: Vec<PodBeat>,
     pub leader: Option<Holder>,
+    /// No pool grants anything while it runs (Redis amnesia, a server change, partial amnesia).
+    pub quarantine: Option<Quarantine>,
     /// Per channel and pool (`stream`, `send`): the held slots.
     pub holders: Vec<PoolHolders>,
     pub slots: Vec<SlotRow>,
@@ -50,22 +54,20 @@ pub struct PoolHolders {
     pub holders: Vec<Holder>,
 }
 
-/// One `slot_cursor` row.
+/// One stream slot's cursor row.
 #[derive(Debug, Serialize)]
 pub struct SlotRow {
     pub channel: String,
-    pub slot: i16,
+    pub slot: u8,
     pub fence: i64,
     pub holder: Option<String>,
     /// A stream is open for this slot (a pull-next is stored).
     pub stream_open: bool,
     /// Since the cursor (or the fence) last moved.
-    pub cursor_age_ms: i64,
+    pub cursor_age_ms: u64,
+    /// What is left of the gate's busy window: a new holder sends nothing before it ends.
+    pub busy_ms: Option<u64>,
 }
-
-const SLOTS: &str = "SELECT channel, slot, fence, holder, pull_next IS NOT NULL AS stream_open, \
-     (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms \
-     FROM slot_cursor WHERE ispb = $1 ORDER BY channel, slot";
 
 impl ClusterSource {
     pub async fn read(&self) -> ClusterView {
@@ -87,6 +89,11 @@ impl ClusterSource {
                 }
             }
         }
+        match self.bounded(self.leases.quarantine()).await {
+            Some(Ok(q)) => view.quarantine = q,
+            Some(Err(e)) => view.errors.push(format!("quarantine: {e}")),
+            None => view.errors.push(format!("quarantine: no answer within {:?}", self.timeout)),
+        }
         match self.slots().await {
             Ok(slots) => view.slots = slots,
             Err(e) => view.errors.push(format!("slot_cursor: {e}")),
@@ -106,22 +113,22 @@ impl ClusterSource {
     }
 
     async fn slots(&self) -> Result<Vec<SlotRow>, String> {
-        let read = async {
-            let conn = self.postgres.get().await.map_err(|e| e.to_string())?;
-            let rows = conn.query(SLOTS, &[&self.ispb]).await.map_err(|e| e.to_string())?;
-            Ok(rows
-                .iter()
-                .map(|r| SlotRow {
-                    channel: r.get("channel"),
-                    slot: r.get("slot"),
-                    fence: r.get("fence"),
-                    holder: r.get("holder"),
-                    stream_open: r.get("stream_open"),
-                    cursor_age_ms: r.get("age_ms"),
-                })
-                .collect())
+        let cursors = match self.bounded(self.inbox.cursors()).await {
+            Some(r) => r.map_err(|e| e.to_string())?,
+            None => return Err(format!("no answer within {:?}", self.timeout)),
         };
-        self.bounded(read).await.unwrap_or_else(|| Err(format!("no answer within {:?}", self.timeout)))
+        Ok(cursors
+            .into_iter()
+            .map(|c| SlotRow {
+                channel: c.slot.channel.as_str().to_owned(),
+                slot: c.slot.n,
+                fence: c.fence,
+                holder: c.holder,
+                stream_open: c.pull_next.is_some(),
+                cursor_age_ms: c.age.as_millis() as u64,
+                busy_ms: c.busy_for.map(|d| d.as_millis() as u64),
+            })
+            .collect())
     }
 }
 

@@ -209,6 +209,11 @@ fn cursor_of(row: &tokio_postgres::Row) -> Option<SlotCursor> {
         holder: row.get("holder"),
         pull_next: row.get("pull_next"),
         age: Duration::from_millis(u64::try_from(row.get::<_, i64>("age_ms")).unwrap_or(0)),
+        busy_for: row
+            .get::<_, Option<i64>>("busy_ms")
+            .and_then(|ms| u64::try_from(ms).ok())
+            .filter(|ms| *ms > 0)
+            .map(Duration::from_millis),
     })
 }
 

@@ -69,5 +69,6 @@ SELECT COALESCE((SELECT fence FROM slot_cursor WHERE ispb = $1 AND channel = $2 
 /// Every slot cursor row of a participant, for the watchdog (read-only).
 pub const CURSORS: &str = "\
 SELECT channel, slot, fence, holder, pull_next,
-       (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms
+       (extract(epoch FROM now() - updated_at) * 1000)::bigint AS age_ms,
+       (extract(epoch FROM busy_until - now()) * 1000)::bigint AS busy_ms
 FROM slot_cursor WHERE ispb = $1 ORDER BY channel, slot";

@@ -380,7 +380,9 @@ impl LeaseStore for RedisLeaseStore {
         let reply = scripts::call(&self.client, "quarantine", &SCRIPTS.quarantine, keys, args, timeout)
             .await
             .map_err(to_lease_error)?;
-        let left = Duration::from_millis(u64::try_from(scripts::int("quarantine", &reply).map_err(to_lease_error)?).unwrap_or(0));
+        let left = Duration::from_millis(
+            u64::try_from(scripts::int("quarantine", &reply).map_err(to_lease_error)?).unwrap_or(0),
+        );
         self.view().quarantine_for(left, Instant::now());
         m::amnesia("partial");
         Ok(left)

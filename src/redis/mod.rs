@@ -9,6 +9,7 @@ pub mod keys;
 mod lease_metrics;
 pub mod leases;
 pub mod pods;
+pub mod policy;
 pub mod scripts;
 
 pub mod breaker;

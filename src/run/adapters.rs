@@ -138,11 +138,11 @@ impl Adapters {
     }
 
     /// What `/cluster` reads.
-    pub fn cluster_source(&self, settings: &Settings, deps: &Dependencies) -> ClusterSource {
+    pub fn cluster_source(&self, settings: &Settings) -> ClusterSource {
         ClusterSource {
             leases: self.leases.clone(),
             pods: self.pods.clone(),
-            postgres: deps.postgres.clone(),
+            inbox: self.inbox.clone(),
             ispb: settings.cluster.ispb.to_string(),
             channels: settings.enabled_channels().map(|(id, _)| id).collect(),
             timeout: settings.http.probe_timeout.max(settings.redis.command_timeout),

@@ -68,6 +68,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let metrics = telemetry::metrics_handle();
     telemetry::spawn_metrics_upkeep(metrics.clone());
     let deps = Dependencies::connect(&settings).await?;
+    if let Err(refusal) = check_eviction_policy(&settings, &deps.redis).await {
+        eprintln!("{refusal}");
+        return Ok(ExitCode::from(crate::EXIT_CONFIG));
+    }
     if settings.postgres.migrate_on_start {
         migrate_with_retry(&deps.postgres, &settings.postgres.schema).await;
     }
@@ -92,7 +96,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let tree = Arc::new(tree);
     let operator = http::Operator {
         tree: tree.clone(),
-        cluster: Arc::new(adapters.cluster_source(&settings, &deps)),
+        cluster: Arc::new(adapters.cluster_source(&settings)),
         admin_token: settings.http.admin_token.clone(),
         outbound: adapters.outbound.as_ref().map(|o| o.operator(&settings, &deps)),
     };
@@ -109,6 +113,30 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(std::time::Duration::from_millis(500), server).await;
     Ok(code)
+}
+
+/// Refuses a Redis whose eviction policy can evict the lease epoch (`allkeys-*`);
+/// warns on `volatile-*` and when the policy cannot be read.
+async fn check_eviction_policy(settings: &Settings, client: &fred::clients::Client) -> Result<(), String> {
+    use crate::redis::policy::{self, PolicyVerdict};
+    match policy::read(client, settings.redis.connect_timeout).await {
+        PolicyVerdict::Safe => Ok(()),
+        PolicyVerdict::EvictsLeases(p) => {
+            tracing::warn!(
+                policy = %p,
+                "redis maxmemory-policy may evict lease keys: detected as partial amnesia (quarantine); noeviction is best"
+            );
+            Ok(())
+        }
+        PolicyVerdict::EvictsEverything(p) => Err(format!(
+            "redis.url: the server's maxmemory-policy is {p}: it can evict the lease epoch and hide Redis amnesia; \
+             set maxmemory-policy noeviction (or volatile-*)"
+        )),
+        PolicyVerdict::Unknown(why) => {
+            tracing::warn!(%why, "redis maxmemory-policy not checked: make sure it is noeviction (or volatile-*)");
+            Ok(())
+        }
+    }
 }
 
 /// Applies migrations at start, retrying with backoff while Postgres is unreachable.

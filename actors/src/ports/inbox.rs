@@ -55,6 +55,8 @@ pub struct SlotCursor {
     pub pull_next: Option<String>,
     /// Since the row last changed (claim, commit, cursor store).
     pub age: Duration,
+    /// What is left of the gate's busy window (DESIGN §2.5): a new holder waits this out.
+    pub busy_for: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

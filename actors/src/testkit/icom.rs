@@ -4,9 +4,14 @@
 //! pull-next redelivers the unacknowledged batch with the same resource ids,
 //! an unknown token is 404, DELETE acknowledges and closes, an idle stream
 //! expires and its batch is queued again. Messages of a channel are split
-//! across its open streams; an empty GET is held for `hold`. It counts what
-//! the judge needs: open streams, concurrent requests, connections, delivered
-//! vs acknowledged, and acknowledgements of messages not yet in the inbox.
+//! across its open streams; an empty GET is held for `hold`. Like a real
+//! server, a request is served to its end even if its client went away (it
+//! stays in flight and can still be handed a batch, which then waits
+//! unacknowledged on its stream), and several requests may read one stream at
+//! once (each may be handed its own batch; the next GET on the current
+//! pull-next acknowledges them all). It counts what the judge needs: open
+//! streams, concurrent requests, concurrent reads of one stream, connections,
+//! delivered vs acknowledged, and acknowledgements of messages not yet in the inbox.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -60,6 +65,9 @@ pub struct IcomAudit {
     pub open_streams: usize,
     pub max_open_streams: usize,
     pub max_in_flight: usize,
+    /// Reads that began while another request on the same stream was still being served:
+    /// two pods believed they owned one slot.
+    pub concurrent_reads: u64,
     pub connections: usize,
     pub max_connections: usize,
     /// 429 answers: a start beyond `max_streams`, a request beyond `max_in_flight`.
@@ -79,6 +87,8 @@ pub(super) struct StreamRec {
     pub(super) seq: u64,
     pub(super) unacked: Vec<InboundMessage>,
     pub(super) last_used: Instant,
+    /// Requests on this stream being served now.
+    pub(super) active: u32,
 }
 
 #[derive(Default)]
@@ -204,6 +214,7 @@ impl FakeIcom {
     /// Serves one read on stream `id`: a batch as soon as one is pending, else
     /// `Empty` after `hold`. `fresh_token` issues a new pull-next.
     pub(super) async fn read(&self, channel: ChannelId, id: u64, fresh_token: bool) -> PollOutcome {
+        let _reading = Reading::begin(self, channel, id);
         let deadline = Instant::now() + self.settings.hold;
         loop {
             let arrival = self.arrivals.notified();
@@ -237,7 +248,7 @@ impl FakeIcom {
             s.seq += 1;
             s.token = format!("/api/v1/out/99999010/stream/{id}-{}", s.seq);
         }
-        s.unacked = batch.clone();
+        s.unacked.extend(batch.iter().cloned());
         s.last_used = Instant::now();
         let pull_next = s.token.clone();
         Some(if batch.is_empty() {
@@ -245,6 +256,37 @@ impl FakeIcom {
         } else {
             PollOutcome::Messages { batch, pull_next }
         })
+    }
+}
+
+/// A read on one stream while it is being served: counts concurrent reads.
+struct Reading<'a> {
+    icom: &'a FakeIcom,
+    channel: ChannelId,
+    id: u64,
+}
+
+impl<'a> Reading<'a> {
+    fn begin(icom: &'a FakeIcom, channel: ChannelId, id: u64) -> Self {
+        let mut t = icom.lock();
+        let ch = t.channels.entry(channel).or_default();
+        if let Some(s) = ch.streams.get_mut(&id) {
+            if s.active > 0 {
+                ch.audit.concurrent_reads += 1;
+            }
+            s.active += 1;
+        }
+        Reading { icom, channel, id }
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let mut t = self.icom.lock();
+        if let Some(s) = t.channels.entry(self.channel).or_default().streams.get_mut(&self.id) {
+            s.active = s.active.saturating_sub(1);
+            s.last_used = Instant::now();
+        }
     }
 }
 

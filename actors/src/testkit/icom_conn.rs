@@ -75,6 +75,20 @@ impl Drop for Flight {
 }
 
 impl FakeConn {
+    /// Serves a read to its end in a task of the server's: a client that goes
+    /// away drops only its wait, the request stays in flight and may still be
+    /// handed a batch.
+    async fn serve(&self, flight: Flight, id: u64, fresh: bool) -> PollOutcome {
+        let (icom, channel) = (self.icom.clone(), self.channel);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let outcome = icom.read(channel, id, fresh).await;
+            drop(flight);
+            let _ = tx.send(outcome);
+        });
+        rx.await.unwrap_or_else(|_| PollOutcome::Transport("fake server gone".into()))
+    }
+
     fn begin(&self, kind: RequestKind, token: Option<&str>) -> Result<Flight, PollOutcome> {
         let max = self.icom.settings.max_in_flight;
         let mut t = self.icom.lock();
@@ -106,7 +120,7 @@ impl FakeConn {
 #[async_trait::async_trait]
 impl IcomStream for FakeConn {
     async fn start(&mut self) -> PollOutcome {
-        let _flight = match self.begin(RequestKind::Start, None) {
+        let flight = match self.begin(RequestKind::Start, None) {
             Ok(f) => f,
             Err(answer) => return answer,
         };
@@ -120,18 +134,24 @@ impl IcomStream for FakeConn {
                 ch.audit.too_many_streams += 1;
                 return PollOutcome::TooManyStreams;
             }
-            let rec =
-                StreamRec { token: String::new(), prev: None, seq: 0, unacked: Vec::new(), last_used: Instant::now() };
+            let rec = StreamRec {
+                token: String::new(),
+                prev: None,
+                seq: 0,
+                unacked: Vec::new(),
+                last_used: Instant::now(),
+                active: 0,
+            };
             ch.streams.insert(id, rec);
             ch.audit.streams_started += 1;
             ch.audit.max_open_streams = ch.audit.max_open_streams.max(ch.streams.len());
             id
         };
-        self.icom.read(self.channel, id, true).await
+        self.serve(flight, id, true).await
     }
 
     async fn next(&mut self, pull_next: &str) -> PollOutcome {
-        let _flight = match self.begin(RequestKind::Next, Some(pull_next)) {
+        let flight = match self.begin(RequestKind::Next, Some(pull_next)) {
             Ok(f) => f,
             Err(answer) => return answer,
         };
@@ -164,7 +184,7 @@ impl IcomStream for FakeConn {
                 (None, None) => return PollOutcome::UnknownStream,
             }
         };
-        self.icom.read(self.channel, id, fresh).await
+        self.serve(flight, id, fresh).await
     }
 
     async fn close(&mut self, pull_next: &str) -> CloseOutcome {

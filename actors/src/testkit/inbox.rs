@@ -217,6 +217,7 @@ impl InboxStore for FakeInbox {
                 holder: Some(c.holder.clone()),
                 pull_next: c.pull_next.clone(),
                 age: c.updated_at.elapsed(),
+                busy_for: c.busy_until.map(|b| b.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero()),
             })
             .collect();
         rows.sort_by_key(|c| c.slot);

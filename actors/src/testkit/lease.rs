@@ -23,9 +23,16 @@ pub struct FakeLeaseSettings {
     pub send_slots: u8,
 }
 
+#[derive(Clone)]
 struct Key {
     grant: String,
     expires: Instant,
+}
+
+/// The slot keys at one moment, to roll the store back to (a restore from an older snapshot).
+#[derive(Clone)]
+pub struct LeaseSnapshot {
+    keys: HashMap<(Pool, u8), Key>,
 }
 
 /// What the store saw, for assertions.
@@ -109,6 +116,20 @@ impl FakeLeaseStore {
     pub fn evict_ttl_keys(&self) {
         let mut t = self.lock();
         t.keys.clear();
+        t.quarantine_until = None;
+    }
+
+    /// The slot keys now (SAVE).
+    pub fn snapshot(&self) -> LeaseSnapshot {
+        LeaseSnapshot { keys: self.lock().keys.clone() }
+    }
+
+    /// Back to `snapshot`'s keys (a restart from it, or a failover to a replica
+    /// that lagged), the epoch unchanged and nothing detected yet: only a renewal
+    /// that finds its key gone or re-granted tells.
+    pub fn restore(&self, snapshot: &LeaseSnapshot) {
+        let mut t = self.lock();
+        t.keys = snapshot.keys.clone();
         t.quarantine_until = None;
     }
 
@@ -311,9 +332,8 @@ impl LeaseStore for PodLeases {
         self.store.round_trip().await?;
         let t = self.store.lock();
         let now = Instant::now();
-        Ok(t.quarantine_until.filter(|u| *u > now).map(|u| Quarantine {
-            remaining_ms: (u - now).as_millis() as u64,
-            reason: t.quarantine_reason.clone(),
-        }))
+        Ok(t.quarantine_until
+            .filter(|u| *u > now)
+            .map(|u| Quarantine { remaining_ms: (u - now).as_millis() as u64, reason: t.quarantine_reason.clone() }))
     }
 }

@@ -250,17 +250,17 @@ impl IcomSender for FakeSendConn {
             }
             flight
         };
-        tokio::time::sleep(self.icom.settings.latency).await;
-        let reply = self.icom.answer(self.channel, &msg_ids);
-        drop(flight);
-        let record = SendRecord {
-            pod: self.pod.clone(),
-            channel: self.channel,
-            msg_ids,
-            at: Instant::now(),
-            reply: reply.label(),
-        };
-        self.icom.lock().log.push(record);
-        Ok(reply)
+        // Like a real server, the POST is handled to its end even if the client goes away.
+        let (icom, pod, channel) = (self.icom.clone(), self.pod.clone(), self.channel);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            tokio::time::sleep(icom.settings.latency).await;
+            let reply = icom.answer(channel, &msg_ids);
+            drop(flight);
+            let record = SendRecord { pod, channel, msg_ids, at: Instant::now(), reply: reply.label() };
+            icom.lock().log.push(record);
+            let _ = tx.send(reply);
+        });
+        Ok(rx.await.unwrap_or_else(|_| SendReply::Transport("fake server gone".into())))
     }
 }

@@ -178,7 +178,9 @@ impl LeaseHeartbeat {
             let budget = ctx.config.timing.heartbeat;
             match tokio::time::timeout(budget, ctx.ports.leases.report_amnesia(&evidence)).await {
                 Ok(Ok(quarantine)) => tracing::warn!(?quarantine, "quarantine started for partial amnesia"),
-                Ok(Err(e)) => tracing::warn!(error = %e, "partial amnesia not reported; pods see it on their own renewals"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "partial amnesia not reported; pods see it on their own renewals")
+                }
                 Err(_) => tracing::warn!("partial amnesia report timed out; pods see it on their own renewals"),
             }
         }));

@@ -64,6 +64,7 @@ impl World {
                 holder: Some("a#1".into()),
                 pull_next: Some(format!("/stream/{n}-{}", self.tokens[usize::from(n) - 1])),
                 age: s(0),
+                busy_for: None,
             })
             .collect();
         Observation {

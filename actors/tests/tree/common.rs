@@ -151,6 +151,7 @@ pub async fn assert_all_delivered_once(world: &FakeWorld, within: Duration) {
     let a = world.icom.audit(CPM);
     assert_eq!(a.acked_twice, 0, "{a:?}");
     assert_eq!(a.acked_before_commit, 0, "acknowledged before commit: {a:?}");
+    assert_eq!(a.concurrent_reads, 0, "two requests read one stream at once: {a:?}");
     assert_eq!(a.unacked, 0, "{a:?}");
     assert_eq!(world.inbox.rows().len() as u64, a.injected, "inbox rows vs injected: {a:?}");
     assert!(a.max_open_streams <= 4 && a.max_in_flight <= 4, "cap: {a:?}");

@@ -5,6 +5,7 @@
 mod cluster;
 mod common;
 mod failover;
+mod gate;
 mod inbound;
 mod outbound;
 mod realtime;

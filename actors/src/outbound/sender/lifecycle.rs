@@ -274,10 +274,10 @@ impl Sender {
                 let _ = publishing.await;
             }
             let Holding { slot, gate, .. } = holding;
-            if gate.may_clear(Instant::now()) {
-                if let Err(e) = gates.release(channel, slot, gate.fence).await {
-                    tracing::warn!(%channel, slot, error = %e, "send gate not cleared: the next holder waits it out");
-                }
+            if gate.may_clear(Instant::now())
+                && let Err(e) = gates.release(channel, slot, gate.fence).await
+            {
+                tracing::warn!(%channel, slot, error = %e, "send gate not cleared: the next holder waits it out");
             }
             release_lease(&ctx, &owner).await;
             Step::Released
