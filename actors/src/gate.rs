@@ -10,6 +10,9 @@
 //! holder's window still runs (`wait`): nothing leaves before it has passed.
 //! A release clears `busy_until` only when none of the holder's requests can
 //! still be in flight; an aborted or unanswered request leaves it standing.
+//! The holder itself does not send again before the busy window of a request
+//! that timed out has passed: the server may hold it past our timeout (found
+//! by the model check, `docs/model.md`).
 //! So even when Redis grants a slot twice (eviction, a snapshot rollback, a
 //! lease released right after an aborted request), two holders never have a
 //! request in flight at once, and a stale holder's write is refused by the fence.
@@ -38,6 +41,9 @@ pub struct Gate {
     /// A request of ours left and has not been answered (in flight, aborted,
     /// timed out): a release must leave `busy_until` standing.
     in_doubt: bool,
+    /// Until then the unanswered request may still be at the server (the end
+    /// of the busy window its write opened): nothing more is sent before.
+    doubt_until: Option<Instant>,
 }
 
 /// What the holder may do now.
@@ -81,6 +87,7 @@ impl Gate {
             opens_at: answered + wait,
             armed_until: Some(sent + wait + margin),
             in_doubt: false,
+            doubt_until: None,
         }
     }
 
@@ -98,14 +105,20 @@ impl Gate {
         if now < self.opens_at {
             return Ready::Wait(self.opens_at - now);
         }
+        if let Some(until) = self.doubt_until.filter(|u| now < *u) {
+            return Ready::Wait(until - now);
+        }
         match self.armed_until {
             Some(until) if now <= until => Ready::Go,
             _ => Ready::Arm,
         }
     }
 
-    /// The request leaves now: its arming is used up and it is in doubt until answered.
+    /// The request leaves now: its arming is used up and it is in doubt until
+    /// answered — at most until the busy window its write opened ends.
     pub fn spend(&mut self) {
+        let timeout = self.busy_for.saturating_sub(self.margin);
+        self.doubt_until = self.armed_until.map(|until| until + timeout);
         self.armed_until = None;
         self.in_doubt = true;
     }
@@ -113,6 +126,7 @@ impl Gate {
     /// The server answered the request (whatever it said): it is no longer in flight.
     pub fn answered(&mut self) {
         self.in_doubt = false;
+        self.doubt_until = None;
     }
 
     /// A request left and was not answered: it may still be in flight at the server.
@@ -126,11 +140,13 @@ impl Gate {
         !self.in_doubt && now >= self.opens_at
     }
 
-    /// The same gate seen by an owner whose task holding it was aborted: any
-    /// request that task may have sent is in doubt.
-    pub fn aborted(mut self) -> Gate {
+    /// The gate as an owner knows it after aborting, at `now`, the task that
+    /// held the live one: any request that task sent is in doubt until the busy
+    /// window of any write it made has passed (at most `busy_for` from now).
+    pub fn aborted(mut self, now: Instant) -> Gate {
         self.in_doubt = true;
         self.armed_until = None;
+        self.doubt_until = Some(now + self.busy_for);
         self
     }
 }
@@ -175,8 +191,9 @@ mod tests {
         assert_eq!(gate.ready(t + ms(101)), Ready::Arm, "past the margin of the claim");
         gate.spend();
         assert!(gate.in_doubt());
-        assert_eq!(gate.ready(t + ms(6)), Ready::Arm, "one write, one request");
+        assert_eq!(gate.ready(t + ms(6)), Ready::Wait(ms(1094)), "unanswered: its window first");
         gate.answered();
+        assert_eq!(gate.ready(t + ms(6)), Ready::Arm, "one write, one request");
         gate.written(t + ms(500));
         assert_eq!(gate.ready(t + ms(550)), Ready::Go);
         assert!(gate.may_clear(t + ms(550)));
@@ -190,8 +207,28 @@ mod tests {
         assert!(!gate.may_clear(t + ms(500)), "the previous holder's request may be in flight");
         assert_eq!(gate.ready(t + ms(710)), Ready::Go, "armed by the claim until sent + wait + margin");
         assert_eq!(gate.ready(t + ms(801)), Ready::Arm);
-        assert!(gate.clone().aborted().in_doubt());
-        assert!(!gate.aborted().may_clear(t + ms(5000)), "an aborted request leaves busy_until standing");
+        let aborted = gate.aborted(t + ms(900));
+        assert!(
+            aborted.in_doubt() && !aborted.may_clear(t + ms(5000)),
+            "an aborted request leaves busy_until standing"
+        );
+        assert_eq!(aborted.ready(t + ms(900)), Ready::Wait(ms(1100)), "and is waited out before another request");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_timed_out_is_waited_out_before_the_next_one_leaves() {
+        let t = Instant::now();
+        let mut gate = Gate::claimed(2, t, t, Duration::ZERO, ms(1000), ms(100));
+        gate.spend();
+        // Our timeout fired at t + 1000, but the server may hold the GET a little longer.
+        let after_timeout = t + ms(1000);
+        gate.written(after_timeout);
+        assert_eq!(gate.ready(after_timeout), Ready::Wait(ms(100)), "until the write's window (t + 1100) ends");
+        assert_eq!(gate.ready(t + ms(1100)), Ready::Go);
+        gate.spend();
+        gate.answered();
+        gate.written(t + ms(1200));
+        assert_eq!(gate.ready(t + ms(1200)), Ready::Go, "an answered request leaves no doubt");
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,6 +26,12 @@ pub async fn run(ctx: TreeContext, slot: SlotId, owner: String, notice: LostNoti
         Err(refused) => return refused,
     };
     let t = &ctx.config.timing;
+    if held.lease.current().is_none_or(|lease| !lease.is_valid()) {
+        // Paused between the grant and the claim: a claim now would take the fence
+        // from whoever holds the slot since. Give the lease back, try again later.
+        lease::release_leftover(&ctx, &owner);
+        return Acquisition::Retry("the lease lapsed before the claim".into());
+    }
     let sent = Instant::now();
     match ctx.ports.inbox.claim(slot, &held.grant.0, t.long_poll_timeout + t.gate_margin).await {
         Ok(claim) => {

@@ -55,10 +55,12 @@ impl Slot {
         match &state.phase {
             Phase::Standby | Phase::Cooldown | Phase::Drained => self.finish_drain(state, DrainOutcome::Idle),
             Phase::Holding(_) => self.hand_over(me, state, handover),
-            Phase::Polling { .. } if state.stage.get() == Stage::Requesting => {
+            Phase::Polling { .. } if state.stage.get() == Stage::Requesting && handover == Handover::KeepOpen => {
                 // The GET on the stored pull-next has not returned (or the gate is
-                // being passed): abort it; nothing is acknowledged. (A `start` or a
-                // commit in flight finishes first.)
+                // being passed): abort it; nothing is acknowledged, and the next holder
+                // waits out its busy window. (A `start` or a commit in flight finishes
+                // first; so does a GET on a stream about to be closed: the DELETE must
+                // not race it.)
                 self.hand_over(me, state, handover);
             }
             // Acquiring, starting a stream, persisting a batch, or already handing over: finishes first.
@@ -71,8 +73,10 @@ impl Slot {
     pub(super) fn hand_over(&self, me: &ActorRef<SlotMsg>, state: &mut SlotState, handover: Handover) {
         let holding = match std::mem::replace(&mut state.phase, Phase::Standby) {
             Phase::Holding(holding) => holding,
-            Phase::Polling { holding, task } => {
+            Phase::Polling { mut holding, task } => {
                 drop(task);
+                // The task owned the live gate: what it sent is in doubt.
+                holding.gate = holding.gate.aborted(tokio::time::Instant::now());
                 holding
             }
             other => {
@@ -112,6 +116,11 @@ impl Slot {
 /// Closes the stream if asked, settles the gate, releases the lease. Returns what was done to the stream.
 pub async fn run(ctx: TreeContext, slot: SlotId, owner: String, mut holding: Holding, handover: Handover) -> Handover {
     let closed = match holding.cursor.clone() {
+        // An aborted GET may still be held on the stream: leave it open rather than race it.
+        Some(_) if handover == Handover::Close && holding.gate.in_doubt() => {
+            tracing::info!(%slot, "a request of ours may still be in flight: the stream is left open");
+            false
+        }
         Some(cursor) if handover == Handover::Close => close_stream(&ctx, slot, &mut holding, &cursor).await,
         _ => false,
     };

@@ -15,8 +15,8 @@ pub enum Phase {
     /// Holds the lease and fence; waiting for the next poll (pacing or backoff).
     Holding(Holding),
     /// A poll cycle (gate → GET → commit → publish) is in flight in `task`,
-    /// which owns the connection and the live gate; `holding.gate` is what an
-    /// abort would leave behind (the request in doubt).
+    /// which owns the connection and the live gate (an abort marks `holding.gate`
+    /// in doubt: `Gate::aborted`).
     Polling { holding: Holding, task: OwnedTask },
     /// Handing the slot over in `task`: closing the stream if asked, releasing the lease.
     Draining { task: OwnedTask },

@@ -151,8 +151,6 @@ impl Slot {
         let Phase::Holding(mut holding) = std::mem::replace(&mut state.phase, Phase::Standby) else { return };
         let stream = holding.stream.take().unwrap_or_else(|| self.ctx.ports.icom.stream(self.slot.channel));
         let gate = holding.gate.clone();
-        // What an abort of the task would leave behind: its request in doubt.
-        holding.gate = gate.clone().aborted();
         let input = CycleInput {
             ctx: self.ctx.clone(),
             slot: self.slot,

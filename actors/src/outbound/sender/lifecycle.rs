@@ -124,7 +124,6 @@ impl Sender {
         let Some(mut holding) = take_idle(state) else { return };
         let conn = holding.conn.take().unwrap_or_else(|| self.ports.sends.sender(self.channel));
         let gate = holding.gate.clone();
-        holding.gate = gate.clone().aborted();
         let c = &self.ctx.config;
         let size = if state.split { BatchSize::new(1).unwrap_or(BatchSize::MAX) } else { self.config.batch_size };
         let input = TurnInput {

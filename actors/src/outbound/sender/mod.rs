@@ -182,8 +182,8 @@ pub enum Phase {
     Acquiring { task: OwnedTask },
     /// Holds a send slot, no turn running.
     Idle(Holding),
-    /// A turn runs in `task`, which owns the connection and the live gate;
-    /// `holding.gate` is what an abort would leave behind (its POST in doubt).
+    /// A turn runs in `task`, which owns the connection and the live gate (a
+    /// sender stopped mid-turn leaves its POST in doubt: the gate is not released).
     Sending { holding: Holding, task: OwnedTask },
     /// Giving the lease back in `task` (after the last publish, with the gate settled).
     Releasing { task: OwnedTask },
