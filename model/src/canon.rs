@@ -1,0 +1,151 @@
+//! Canonical forms, so that states that behave alike are stored once.
+//!
+//! - Fences, grant nonces and epochs are compared only for equality (and a fresh one only has
+//!   to differ from every one still around), so they are renumbered: per slot the row's fence
+//!   becomes 1 and every older fence 0; nonces and epochs by order of first appearance.
+//! - Pods are interchangeable and so are slots: with `symmetry` on, the state is replaced by the
+//!   least of its images under every permutation of pods and of slots. Paths then show pods and
+//!   slots relabelled along the way, so the negative controls run without it.
+
+use crate::config::Config;
+use crate::pod::{Lease, Stage};
+use crate::redis::Key;
+use crate::state::{MAX, World};
+
+/// Every permutation of `0..n` (n ≤ 3), as arrays mapping old index → new index.
+fn permutations(n: usize) -> Vec<[usize; MAX]> {
+    let mut out = Vec::new();
+    let identity = [0, 1, 2];
+    for a in 0..n {
+        for b in 0..n {
+            for c in 0..n {
+                let p = [a, b, c];
+                let distinct = (0..n).all(|i| (0..i).all(|j| p[i] != p[j]));
+                if distinct && (n < 3 || a != b) {
+                    let mut perm = identity;
+                    perm[..n].copy_from_slice(&p[..n]);
+                    if !out.contains(&perm) {
+                        out.push(perm);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Maps values to 1, 2, … in order of first appearance.
+struct Renumbering(Vec<u8>);
+
+impl Renumbering {
+    fn map(&mut self, v: &mut u8) {
+        let i = self.0.iter().position(|x| x == v).unwrap_or_else(|| {
+            self.0.push(*v);
+            self.0.len() - 1
+        });
+        *v = i as u8 + 1;
+    }
+}
+
+impl World {
+    /// The canonical member of this state's class.
+    pub fn canonical(mut self, cfg: &Config) -> World {
+        if !cfg.symmetry {
+            self.renumber(cfg);
+            return self;
+        }
+        let mut best: Option<World> = None;
+        for pods in permutations(cfg.pods) {
+            for slots in permutations(cfg.slots) {
+                let mut image = self.permuted(cfg, &pods, &slots);
+                image.renumber(cfg);
+                if best.as_ref().is_none_or(|b| image < *b) {
+                    best = Some(image);
+                }
+            }
+        }
+        best.expect("the identity is a permutation")
+    }
+
+    fn renumber(&mut self, cfg: &Config) {
+        for s in 0..cfg.slots {
+            let current = self.pg.rows[s].fence;
+            let norm = |f: u8| u8::from(f == current && current > 0);
+            let mut nonces = Renumbering(Vec::new());
+            let mut key = |k: &mut Option<Key>| {
+                if let Some(k) = k {
+                    nonces.map(&mut k.grant.nonce);
+                }
+            };
+            key(&mut self.redis.data.keys[s]);
+            if let Some(snap) = self.redis.snapshot.as_mut() {
+                key(&mut snap.keys[s]);
+            }
+            for pod in self.pods.iter_mut().take(cfg.pods) {
+                if let Lease::Held(h) = &mut pod.slots[s] {
+                    nonces.map(&mut h.grant.nonce);
+                    match &mut h.stage {
+                        Stage::Claim => {}
+                        Stage::Ready(r) => r.fence = norm(r.fence),
+                        Stage::Polling(q) => q.fence = norm(q.fence),
+                    }
+                }
+            }
+            self.ghost.nonces[s] = nonces.0.len() as u8;
+            self.ghost.claimed[s] = norm(self.ghost.claimed[s]);
+            self.pg.rows[s].fence = norm(current);
+        }
+        let mut epochs = Renumbering(Vec::new());
+        if let Some(e) = self.redis.data.epoch.as_mut() {
+            epochs.map(e);
+        }
+        if let Some(e) = self.redis.snapshot.as_mut().and_then(|s| s.epoch.as_mut()) {
+            epochs.map(e);
+        }
+        for pod in self.pods.iter_mut().take(cfg.pods) {
+            if let Some(e) = pod.epoch.as_mut() {
+                epochs.map(e);
+            }
+        }
+        self.ghost.epochs = epochs.0.len() as u8;
+    }
+
+    /// The same state with pod p renamed `pods[p]` and slot s renamed `slots[s]`.
+    fn permuted(&self, cfg: &Config, pods: &[usize; MAX], slots: &[usize; MAX]) -> World {
+        let mut w = self.clone();
+        let relabel_key = |k: Option<Key>| {
+            k.map(|mut k| {
+                k.grant.pod = pods[k.grant.pod as usize] as u8;
+                k
+            })
+        };
+        for s in 0..cfg.slots {
+            let t = slots[s];
+            w.redis.data.keys[t] = relabel_key(self.redis.data.keys[s]);
+            if let (Some(to), Some(from)) = (w.redis.snapshot.as_mut(), self.redis.snapshot.as_ref()) {
+                to.keys[t] = relabel_key(from.keys[s]);
+            }
+            w.pg.rows[t] = self.pg.rows[s];
+            w.server.pending[t] = self.server.pending[s];
+            w.ghost.nonces[t] = self.ghost.nonces[s];
+            w.ghost.claimed[t] = self.ghost.claimed[s];
+        }
+        for p in 0..cfg.pods {
+            let mut pod = self.pods[p];
+            for s in 0..cfg.slots {
+                let mut lease = self.pods[p].slots[s];
+                if let Lease::Held(h) = &mut lease {
+                    h.grant.pod = pods[p] as u8;
+                }
+                pod.slots[slots[s]] = lease;
+            }
+            w.pods[pods[p]] = pod;
+        }
+        for r in &mut w.server.requests {
+            r.stream = slots[r.stream as usize] as u8;
+            r.owner = r.owner.map(|p| pods[p as usize] as u8);
+        }
+        w.server.requests.sort_unstable();
+        w
+    }
+}
