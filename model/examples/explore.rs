@@ -22,6 +22,15 @@ fn main() {
         cfg.messages = m;
     }
     cfg.symmetry = !args.iter().any(|a| a == "nosym");
+    if let Some(kinds) = args.iter().find_map(|a| a.strip_prefix("kinds=")) {
+        use cabine_model::config::FaultKind::*;
+        let all = [Pause, Crash, Drain, RedisForget, RedisEvict, RedisRollback, RequestDelay, AnswerLost];
+        let picked: Vec<_> = all.into_iter().filter(|k| kinds.split(',').any(|n| format!("{k:?}") == n)).collect();
+        cfg.faults.kinds = Box::leak(picked.into_boxed_slice());
+    }
+    if let Some(r) = args.iter().find_map(|a| a.strip_prefix("recovery=")) {
+        cfg.recovery = r.parse().unwrap();
+    }
     let show = args.iter().any(|a| a == "show");
     let limit: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(20_000_000);
     let start = Instant::now();

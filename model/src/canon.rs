@@ -13,35 +13,30 @@ use crate::redis::Key;
 use crate::state::{MAX, World};
 
 /// Every permutation of `0..n` (n ≤ 3), as arrays mapping old index → new index.
-fn permutations(n: usize) -> Vec<[usize; MAX]> {
-    let mut out = Vec::new();
-    let identity = [0, 1, 2];
-    for a in 0..n {
-        for b in 0..n {
-            for c in 0..n {
-                let p = [a, b, c];
-                let distinct = (0..n).all(|i| (0..i).all(|j| p[i] != p[j]));
-                if distinct && (n < 3 || a != b) {
-                    let mut perm = identity;
-                    perm[..n].copy_from_slice(&p[..n]);
-                    if !out.contains(&perm) {
-                        out.push(perm);
-                    }
-                }
-            }
-        }
+fn permutations(n: usize) -> &'static [[usize; MAX]] {
+    const ONE: &[[usize; MAX]] = &[[0, 1, 2]];
+    const TWO: &[[usize; MAX]] = &[[0, 1, 2], [1, 0, 2]];
+    const THREE: &[[usize; MAX]] = &[[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+    match n {
+        0 | 1 => ONE,
+        2 => TWO,
+        _ => THREE,
     }
-    out
 }
 
 /// Maps values to 1, 2, … in order of first appearance.
-struct Renumbering(Vec<u8>);
+#[derive(Default)]
+struct Renumbering {
+    seen: [u8; 2 * MAX + 2],
+    len: usize,
+}
 
 impl Renumbering {
     fn map(&mut self, v: &mut u8) {
-        let i = self.0.iter().position(|x| x == v).unwrap_or_else(|| {
-            self.0.push(*v);
-            self.0.len() - 1
+        let i = self.seen[..self.len].iter().position(|x| x == v).unwrap_or_else(|| {
+            self.seen[self.len] = *v;
+            self.len += 1;
+            self.len - 1
         });
         *v = i as u8 + 1;
     }
@@ -57,7 +52,7 @@ impl World {
         let mut best: Option<World> = None;
         for pods in permutations(cfg.pods) {
             for slots in permutations(cfg.slots) {
-                let mut image = self.permuted(cfg, &pods, &slots);
+                let mut image = self.permuted(cfg, pods, slots);
                 image.renumber(cfg);
                 if best.as_ref().is_none_or(|b| image < *b) {
                     best = Some(image);
@@ -71,7 +66,7 @@ impl World {
         for s in 0..cfg.slots {
             let current = self.pg.rows[s].fence;
             let norm = |f: u8| u8::from(f == current && current > 0);
-            let mut nonces = Renumbering(Vec::new());
+            let mut nonces = Renumbering::default();
             let mut key = |k: &mut Option<Key>| {
                 if let Some(k) = k {
                     nonces.map(&mut k.grant.nonce);
@@ -91,11 +86,11 @@ impl World {
                     }
                 }
             }
-            self.ghost.nonces[s] = nonces.0.len() as u8;
+            self.ghost.nonces[s] = nonces.len as u8;
             self.ghost.claimed[s] = norm(self.ghost.claimed[s]);
             self.pg.rows[s].fence = norm(current);
         }
-        let mut epochs = Renumbering(Vec::new());
+        let mut epochs = Renumbering::default();
         if let Some(e) = self.redis.data.epoch.as_mut() {
             epochs.map(e);
         }
@@ -107,7 +102,7 @@ impl World {
                 epochs.map(e);
             }
         }
-        self.ghost.epochs = epochs.0.len() as u8;
+        self.ghost.epochs = epochs.len as u8;
     }
 
     /// The same state with pod p renamed `pods[p]` and slot s renamed `slots[s]`.
@@ -141,11 +136,11 @@ impl World {
             }
             w.pods[pods[p]] = pod;
         }
-        for r in &mut w.server.requests {
+        for r in w.server.requests.iter_mut() {
             r.stream = slots[r.stream as usize] as u8;
             r.owner = r.owner.map(|p| pods[p as usize] as u8);
         }
-        w.server.requests.sort_unstable();
+        w.server.requests.sort();
         w
     }
 }

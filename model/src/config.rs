@@ -156,7 +156,9 @@ pub struct Config {
 use FaultKind::*;
 
 const POD_FAULTS: &[FaultKind] = &[Pause, Crash, Drain, RequestDelay, AnswerLost];
-const REDIS_FAULTS: &[FaultKind] = &[Pause, RedisForget, RedisEvict, RedisRollback];
+const RESTART_FAULTS: &[FaultKind] = &[RedisForget, RedisRollback];
+const EVICTION_FAULTS: &[FaultKind] = &[Pause, RedisEvict];
+const ROLLBACK_FAULTS: &[FaultKind] = &[RedisRollback];
 const ALL_FAULTS: &[FaultKind] =
     &[Pause, Crash, Drain, RedisForget, RedisEvict, RedisRollback, RequestDelay, AnswerLost];
 
@@ -164,12 +166,18 @@ const ALL_FAULTS: &[FaultKind] =
 pub const RECOVERY: u8 = 12;
 
 impl Config {
-    fn protocol(name: &'static str, kinds: &'static [FaultKind], budget: u8, detection: Detection) -> Config {
+    fn protocol(
+        name: &'static str,
+        kinds: &'static [FaultKind],
+        budget: u8,
+        messages: u8,
+        detection: Detection,
+    ) -> Config {
         Config {
             name,
             pods: 2,
             slots: 2,
-            messages: 2,
+            messages,
             timing: Timing::DEFAULT,
             safeguards: Safeguards { detection, ..Safeguards::ALL },
             faults: Faults { kinds, budget, request_delay: 2 },
@@ -199,30 +207,43 @@ impl Config {
         }
     }
 
-    /// The full protocol under the faults of one pod: pauses, crashes, drains, late requests and
+    /// The full protocol under two faults of the pods: pauses, crashes, drains, late requests and
     /// lost answers.
     pub fn pod_faults() -> Config {
-        Config::protocol("protocol/pod faults", POD_FAULTS, 2, Detection::Prompt)
+        Config::protocol("protocol/pod faults", POD_FAULTS, 2, 1, Detection::Prompt)
     }
 
-    /// The full protocol under Redis amnesia, identity changes noticed by the next script call.
-    pub fn redis_prompt() -> Config {
-        Config::protocol("protocol/redis faults, prompt detection", REDIS_FAULTS, 2, Detection::Prompt)
+    /// Two Redis restarts (empty, or from a snapshot), the identity change noticed by the next
+    /// script call.
+    pub fn redis_restarts() -> Config {
+        Config::protocol("protocol/redis restarts, prompt detection", RESTART_FAULTS, 2, 1, Detection::Prompt)
     }
 
-    /// The full protocol under Redis amnesia noticed only by a renew (the gate's window).
-    pub fn redis_late() -> Config {
-        Config::protocol("protocol/redis faults, late detection", REDIS_FAULTS, 2, Detection::Late)
+    /// Two faults among pauses and evictions, noticed only by a renew that finds its key gone
+    /// (the window the gate must cover).
+    pub fn redis_eviction() -> Config {
+        Config::protocol("protocol/eviction and pauses, late detection", EVICTION_FAULTS, 2, 1, Detection::Late)
     }
 
-    /// Every fault kind at once, late detection.
-    pub fn all_faults() -> Config {
-        Config::protocol("protocol/all faults, late detection", ALL_FAULTS, 2, Detection::Late)
+    /// Two restores of a snapshot with the epoch still in it, noticed only by a renew.
+    pub fn redis_rollback() -> Config {
+        Config::protocol("protocol/snapshot restores, late detection", ROLLBACK_FAULTS, 2, 1, Detection::Late)
+    }
+
+    /// One fault of any kind, two messages, late detection.
+    pub fn any_fault() -> Config {
+        Config::protocol("protocol/any fault, two messages", ALL_FAULTS, 1, 2, Detection::Late)
     }
 
     /// Every configuration of the full protocol.
     pub fn protocols() -> Vec<Config> {
-        vec![Config::pod_faults(), Config::redis_prompt(), Config::redis_late(), Config::all_faults()]
+        vec![
+            Config::pod_faults(),
+            Config::redis_restarts(),
+            Config::redis_eviction(),
+            Config::redis_rollback(),
+            Config::any_fault(),
+        ]
     }
 
     /// Gate off, Redis evicts keys: a second holder reads the stream the first still reads.
@@ -256,10 +277,16 @@ impl Config {
         Config::control("control/no gate, no quarantine", safeguards, &[RedisForget], &[ONE_REQUEST_PER_STREAM])
     }
 
-    /// Gate on but writes not fenced: a stale holder keeps reading after a takeover.
+    /// Gate on but writes not fenced: after an eviction the old holder's cursor store still
+    /// arms a GET, which the new holder's wait (read at its claim) does not cover.
     pub fn no_fence() -> Config {
         let safeguards = Safeguards { fence: false, ..Safeguards::ALL };
-        Config::control("control/no fence, eviction", safeguards, &[RedisEvict], &[ONE_REQUEST_PER_STREAM])
+        Config::control(
+            "control/no fence, eviction",
+            safeguards,
+            &[RedisEvict, RequestDelay],
+            &[ONE_REQUEST_PER_STREAM],
+        )
     }
 
     /// Gate on, but a timed-out holder sends again at once: its aborted GET, delivered late

@@ -50,7 +50,8 @@ impl Fault {
         for p in 0..cfg.pods {
             let pod = &w.pods[p];
             let id = p as u8;
-            if !pod.paused {
+            // A pod holding nothing has nothing to do late: pausing it is just a slow standby.
+            if !pod.paused && pod.holds_any() {
                 out.push(Fault::Pause(id));
             }
             out.push(Fault::Crash(id));

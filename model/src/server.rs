@@ -60,8 +60,59 @@ impl Request {
     }
 }
 
+/// Requests in transit or in flight: a fixed array (cloning a state allocates nothing), kept
+/// sorted so equal states hash equal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Requests {
+    len: u8,
+    items: [Request; Requests::CAPACITY],
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        let none = Request { stream: 0, owner: None, stage: Stage::Transit { token: Token::CURRENT, left: 0 } };
+        Requests { len: 0, items: [none; Requests::CAPACITY] }
+    }
+}
+
+impl Requests {
+    /// Two pods × two slots, plus the GETs they abandoned, never come near it.
+    const CAPACITY: usize = 8;
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Request> {
+        self.items[..self.len as usize].iter()
+    }
+
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Request> {
+        self.items[..self.len as usize].iter_mut()
+    }
+
+    pub fn get(&self, i: usize) -> &Request {
+        &self.items[..self.len as usize][i]
+    }
+
+    fn push(&mut self, r: Request) {
+        assert!((self.len as usize) < Requests::CAPACITY, "more requests than the model has room for");
+        self.items[self.len as usize] = r;
+        self.len += 1;
+        self.sort();
+    }
+
+    fn remove(&mut self, i: usize) -> Request {
+        let r = self.items[i];
+        self.items.copy_within(i + 1..self.len as usize, i);
+        self.len -= 1;
+        self.items[self.len as usize] = Requests::default().items[0];
+        r
+    }
+
+    pub fn sort(&mut self) {
+        self.items[..self.len as usize].sort_unstable();
+    }
+}
+
 /// The server.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Server {
     /// Messages received, not yet handed to any read (bit mask).
     pub queue: u8,
@@ -71,8 +122,7 @@ pub struct Server {
     pub acked: u8,
     /// Per stream, the batches handed out and not acknowledged yet.
     pub pending: [u8; MAX],
-    /// Requests in transit or in flight, kept sorted so equal states hash equal.
-    pub requests: Vec<Request>,
+    pub requests: Requests,
 }
 
 impl Server {
@@ -101,12 +151,11 @@ impl Server {
 
     pub fn push(&mut self, request: Request) {
         self.requests.push(request);
-        self.requests.sort_unstable();
     }
 
     /// Whether request `i` can be answered now; answering then is urgent.
     pub fn can_answer(&self, i: usize) -> bool {
-        match self.requests[i].stage {
+        match self.requests.get(i).stage {
             Stage::Admitted { reading: Reading::Hold { left }, .. } => self.queue != 0 || left == 0,
             Stage::Admitted { .. } => true,
             Stage::Transit { .. } => false,
@@ -141,12 +190,12 @@ impl Server {
 
     /// The pod of `owner` forgot its request on `stream` (abort, crash, lease lost).
     pub fn disown(&mut self, stream: usize, owner: u8) {
-        for r in &mut self.requests {
+        for r in self.requests.iter_mut() {
             if r.stream as usize == stream && r.owner == Some(owner) {
                 r.owner = None;
             }
         }
-        self.requests.sort_unstable();
+        self.requests.sort();
     }
 
     /// A message reaches the queue.
@@ -156,7 +205,7 @@ impl Server {
     }
 
     pub fn age_tokens(&mut self, stream: usize) {
-        for r in &mut self.requests {
+        for r in self.requests.iter_mut() {
             if r.stream as usize == stream {
                 match &mut r.stage {
                     Stage::Transit { token, .. } => *token = token.aged(),
@@ -172,7 +221,7 @@ impl Server {
     }
 
     pub fn tick(&mut self) {
-        for r in &mut self.requests {
+        for r in self.requests.iter_mut() {
             match &mut r.stage {
                 Stage::Transit { left, .. } | Stage::Admitted { reading: Reading::Hold { left }, .. } => {
                     *left = left.saturating_sub(1)

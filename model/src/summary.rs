@@ -44,7 +44,7 @@ impl World {
                 write!(s, " pending{i}={}", bits(*p)).ok();
             }
         }
-        for r in &self.server.requests {
+        for r in self.server.requests.iter() {
             let owner = r.owner.map_or("orphan".to_string(), |p| format!("p{p}"));
             match r.stage {
                 Wire::Transit { token, left } => write!(s, " [s{} {owner} transit tok{} ≤{left}]", r.stream, token.0),

@@ -43,3 +43,8 @@ fn no_quarantine() {
 fn no_fence() {
     violates(Config::no_fence());
 }
+
+#[test]
+fn no_abort_wait() {
+    violates(Config::no_abort_wait());
+}

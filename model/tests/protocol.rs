@@ -26,16 +26,21 @@ fn pod_faults() {
 }
 
 #[test]
-fn redis_faults_prompt_detection() {
-    holds(Config::redis_prompt());
+fn redis_restarts() {
+    holds(Config::redis_restarts());
 }
 
 #[test]
-fn redis_faults_late_detection() {
-    holds(Config::redis_late());
+fn redis_eviction_and_pauses() {
+    holds(Config::redis_eviction());
 }
 
 #[test]
-fn all_faults() {
-    holds(Config::all_faults());
+fn redis_snapshot_restores() {
+    holds(Config::redis_rollback());
+}
+
+#[test]
+fn any_fault_two_messages() {
+    holds(Config::any_fault());
 }
