@@ -52,7 +52,7 @@ fn main() {
     if show {
         for (name, path) in c.discoveries() {
             if SAFETY.contains(&name) || name.starts_with("once") {
-                println!("{name}:\n{}", describe(&model, &path));
+                println!("{name}:\n{}", describe(&model, name, &path));
             }
         }
     }

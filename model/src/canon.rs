@@ -114,8 +114,7 @@ impl World {
                 k
             })
         };
-        for s in 0..cfg.slots {
-            let t = slots[s];
+        for (s, &t) in slots.iter().enumerate().take(cfg.slots) {
             w.redis.data.keys[t] = relabel_key(self.redis.data.keys[s]);
             if let (Some(to), Some(from)) = (w.redis.snapshot.as_mut(), self.redis.snapshot.as_ref()) {
                 to.keys[t] = relabel_key(from.keys[s]);
@@ -125,16 +124,16 @@ impl World {
             w.ghost.nonces[t] = self.ghost.nonces[s];
             w.ghost.claimed[t] = self.ghost.claimed[s];
         }
-        for p in 0..cfg.pods {
+        for (p, &q) in pods.iter().enumerate().take(cfg.pods) {
             let mut pod = self.pods[p];
-            for s in 0..cfg.slots {
+            for (s, &t) in slots.iter().enumerate().take(cfg.slots) {
                 let mut lease = self.pods[p].slots[s];
                 if let Lease::Held(h) = &mut lease {
-                    h.grant.pod = pods[p] as u8;
+                    h.grant.pod = q as u8;
                 }
-                pod.slots[slots[s]] = lease;
+                pod.slots[t] = lease;
             }
-            w.pods[pods[p]] = pod;
+            w.pods[q] = pod;
         }
         for r in w.server.requests.iter_mut() {
             r.stream = slots[r.stream as usize] as u8;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, HasDiscoveries, Model, Path};
+use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
 
 use crate::config::{Config, Expect};
 use crate::model::{Action, SlotProtocol};
@@ -61,9 +61,12 @@ pub fn check(cfg: Config) -> Outcome {
 }
 
 /// The path as one line per action, each followed by a short account of the world after it.
-pub fn describe(model: &SlotProtocol, path: &Path<World, Action>) -> String {
+/// Stateright keeps the path of the last violating state it visited, not the first, so a path
+/// to a broken `always` property is cut at the first state that breaks it.
+pub fn describe(model: &SlotProtocol, property: &str, path: &Path<World, Action>) -> String {
     let mut out = String::new();
     let steps = path.clone().into_vec();
+    let always = model.property_named(property).filter(|p| p.expectation == Expectation::Always);
     let mut tick = 0;
     for (i, (_, action)) in steps.iter().enumerate() {
         let Some(action) = action else { continue };
@@ -73,6 +76,11 @@ pub fn describe(model: &SlotProtocol, path: &Path<World, Action>) -> String {
         }
         let after = &steps[i + 1].0;
         let _ = writeln!(out, "  t={tick:<2} {action:?}\n         {}", after.summary(&model.cfg));
+        if always.as_ref().is_some_and(|p| !(p.condition)(model, after)) {
+            let _ = writeln!(out, "  t={tick:<2} (\"{property}\" is broken here)");
+            return out;
+        }
     }
+    let _ = writeln!(out, "  t={tick:<2} (end of the path)");
     out
 }

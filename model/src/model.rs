@@ -55,6 +55,11 @@ impl SlotProtocol {
         SlotProtocol { cfg }
     }
 
+    /// The property called `name`, if there is one.
+    pub fn property_named(&self, name: &str) -> Option<Property<SlotProtocol>> {
+        self.properties().into_iter().find(|p| p.name == name)
+    }
+
     /// The urgent actions: if any is enabled, time does not move.
     fn urgent(&self, w: &World, out: &mut Vec<Action>) {
         let mut steps = Vec::new();

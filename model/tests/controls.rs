@@ -14,7 +14,7 @@ fn violates(cfg: Config) {
         println!(
             "counterexample to \"{property}\" ({} actions):\n{}",
             path.clone().into_actions().len(),
-            describe(&model, path)
+            describe(&model, property, path)
         );
     }
 }
@@ -47,4 +47,9 @@ fn no_fence() {
 #[test]
 fn no_abort_wait() {
     violates(Config::no_abort_wait());
+}
+
+#[test]
+fn short_recovery_bound() {
+    violates(Config::short_recovery());
 }

@@ -10,7 +10,7 @@ fn holds(cfg: Config) {
     println!("{}: {} states, depth {}, {:.1?}", outcome.name, outcome.states, outcome.depth, outcome.elapsed);
     for property in outcome.violated() {
         let path = outcome.path(property).expect("a discovery has a path");
-        println!("counterexample to \"{property}\":\n{}", describe(&model, path));
+        println!("counterexample to \"{property}\":\n{}", describe(&model, property, path));
     }
     assert!(outcome.complete, "the checker stopped before exploring every state");
     assert!(outcome.violated().is_empty(), "violated: {:?}", outcome.violated());
