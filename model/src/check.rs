@@ -21,7 +21,8 @@ pub struct Outcome {
     /// Properties with a discovery: counterexamples for `always`/`eventually`, examples for
     /// `sometimes`.
     pub found: Vec<(&'static str, Path<World, Action>)>,
-    /// The checker stopped early (a control found what it looked for).
+    /// The checker ran to its end: every reachable state visited, or (a control) every
+    /// counterexample it looks for found.
     pub complete: bool,
 }
 

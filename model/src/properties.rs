@@ -42,7 +42,7 @@ fn tokens_known(_: &SlotProtocol, w: &World) -> bool {
 /// Holds from the moment faults stop and everything received is in the inbox; the run ends
 /// `recovery` ticks after faults stop, so a run that ends without it is a counterexample.
 fn persisted(_: &SlotProtocol, w: &World) -> bool {
-    w.ghost.stopped && w.received() & !w.pg.inbox == 0
+    w.ghost.stopped && w.all_persisted()
 }
 
 fn takeover(_: &SlotProtocol, w: &World) -> bool {
@@ -50,7 +50,7 @@ fn takeover(_: &SlotProtocol, w: &World) -> bool {
 }
 
 fn all_persisted(m: &SlotProtocol, w: &World) -> bool {
-    w.server.arrived == m.cfg.messages && w.received() & !w.pg.inbox == 0
+    w.server.arrived == m.cfg.messages && w.all_persisted()
 }
 
 pub fn properties() -> Vec<Property<SlotProtocol>> {
