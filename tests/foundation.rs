@@ -26,6 +26,7 @@ fn a_boot_invariant_violation_exits_64_naming_the_key() {
         (&[("CABINE__TIMING__STOP_TIMEOUT", "5s")], "timing.stop_timeout"),
         (&[("CABINE__CLUSTER__ISPB", "x")], "cluster.ispb"),
         (&[("CABINE__TIMING__LEASE", "not-a-duration")], "timing.lease"),
+        (&[("CABINE__ICOM__SERVER_HOLD", "8s")], "icom.server_hold"),
     ];
     for (env, key) in cases {
         let out = check_config(env);

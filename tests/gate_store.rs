@@ -46,16 +46,16 @@ async fn a_new_stream_holder_waits_out_the_previous_window_and_a_stale_one_canno
     let second = inbox.claim(slot(1), "pod-b", BUSY).await.unwrap();
     assert!(second.wait >= ms(1200) && second.wait <= BUSY, "wait {:?}", second.wait);
     let left = busy_left(&db, "slot_cursor", 1).await.unwrap();
-    assert!(left >= 2600, "the new holder's first request is armed after the old window: {left} ms");
+    assert!((1300..=1500).contains(&left), "a claim opens a window, it does not stack one on the last: {left} ms");
     // The stale holder can write nothing: no arm, no cursor, no commit, no clearing.
     let lost = InboxError::FenceLost { ours: 1, current: 2 };
     assert_eq!(inbox.arm(slot(1), first.fence, BUSY).await, Err(lost.clone()));
     assert_eq!(inbox.release(slot(1), first.fence).await, Err(lost.clone()));
     assert_eq!(inbox.store_cursor(slot(1), first.fence, Some("p-x"), BUSY).await, Err(lost));
-    assert!(busy_left(&db, "slot_cursor", 1).await.unwrap() >= 2500, "busy_until untouched by the stale holder");
+    assert!(busy_left(&db, "slot_cursor", 1).await.unwrap() >= 1200, "busy_until untouched by the stale holder");
     // The holder's own writes never move busy_until back.
     inbox.arm(slot(1), second.fence, ms(100)).await.unwrap();
-    assert!(busy_left(&db, "slot_cursor", 1).await.unwrap() >= 2500, "greatest(): never shortened");
+    assert!(busy_left(&db, "slot_cursor", 1).await.unwrap() >= 1200, "greatest(): never shortened");
     // Leaving with nothing in flight clears it: the next holder goes at once.
     inbox.release(slot(1), second.fence).await.unwrap();
     assert_eq!(busy_left(&db, "slot_cursor", 1).await, None);

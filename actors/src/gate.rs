@@ -70,8 +70,10 @@ pub enum Blocked<E> {
 const MAX_ARMS: u32 = 3;
 
 impl Gate {
-    /// A claim sent at `sent`, answered at `answered`, said to `wait`: it armed
-    /// the first request, which leaves between `answered + wait` and `sent + wait + margin`.
+    /// A claim sent at `sent`, answered at `answered`, said to `wait`. With
+    /// nothing to wait for, its own window arms the first request (which leaves
+    /// by `sent + margin`); else nothing leaves before `answered + wait`, and
+    /// then only after a fresh write.
     pub fn claimed(
         fence: i64,
         sent: Instant,
@@ -85,7 +87,7 @@ impl Gate {
             busy_for: timeout + margin,
             margin,
             opens_at: answered + wait,
-            armed_until: Some(sent + wait + margin),
+            armed_until: wait.is_zero().then_some(sent + margin),
             in_doubt: false,
             doubt_until: None,
         }
@@ -205,8 +207,7 @@ mod tests {
         let gate = Gate::claimed(4, t, t + ms(10), ms(700), ms(1000), ms(100));
         assert_eq!(gate.ready(t + ms(10)), Ready::Wait(ms(700)));
         assert!(!gate.may_clear(t + ms(500)), "the previous holder's request may be in flight");
-        assert_eq!(gate.ready(t + ms(710)), Ready::Go, "armed by the claim until sent + wait + margin");
-        assert_eq!(gate.ready(t + ms(801)), Ready::Arm);
+        assert_eq!(gate.ready(t + ms(710)), Ready::Arm, "after a wait, a fresh write arms the first request");
         let aborted = gate.aborted(t + ms(900));
         assert!(
             aborted.in_doubt() && !aborted.may_clear(t + ms(5000)),
@@ -235,7 +236,7 @@ mod tests {
     async fn pass_waits_arms_and_gives_up_on_a_store_slower_than_the_margin() {
         let t = Instant::now();
         let mut gate = Gate::claimed(1, t, t, ms(300), ms(1000), ms(100));
-        tokio::time::sleep(ms(500)).await;
+        tokio::time::sleep(ms(200)).await;
         let mut writes = 0;
         let passed = pass(&mut gate, |fence, busy_for| {
             writes += 1;
@@ -243,7 +244,8 @@ mod tests {
             async { Ok::<(), ()>(()) }
         })
         .await;
-        assert_eq!((passed, writes), (Ok(()), 1), "the claim's arming expired: one write");
+        assert_eq!((passed, writes), (Ok(()), 1), "waited out the previous window, then one write");
+        assert!(Instant::now() >= t + ms(300));
         gate.spend();
         let refused = pass(&mut gate, |_, _| async { Err::<(), &str>("fence lost") }).await;
         assert_eq!(refused, Err(Blocked::Store("fence lost")));

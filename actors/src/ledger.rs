@@ -101,6 +101,13 @@ impl LeaseLedger {
         }
     }
 
+    /// Unties the owner's task from its lease: the task is about to give the lease back itself.
+    pub fn detach_task(&self, owner: &str) {
+        if let Some(Entry::Held(held)) = self.lock().get_mut(owner) {
+            held.task = None;
+        }
+    }
+
     /// Removes `owner`'s entry; returns its lease for the caller to release in the store.
     pub fn remove(&self, owner: &str) -> Option<Lease> {
         match self.lock().remove(owner)? {

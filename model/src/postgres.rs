@@ -34,15 +34,14 @@ pub struct Postgres {
 }
 
 impl Postgres {
-    /// `CLAIM` (`InboxStore::claim`): the next fence, the cursor and the wait; arms the new
-    /// holder's first request (`busy_until := max(busy_until, now) + budget`).
+    /// `CLAIM` (`InboxStore::claim`): the next fence, the cursor and the wait (what is left of
+    /// `busy_until`); opens a window (`busy_until := max(busy_until, now + budget)`), which arms
+    /// the new holder's first request only when the wait is 0.
     pub fn claim(&mut self, cfg: &Config, slot: usize) -> Claimed {
-        let row = &mut self.rows[slot];
-        row.fence += 1;
-        let wait = if cfg.safeguards.gate { row.busy } else { 0 };
-        if cfg.safeguards.gate {
-            row.busy += cfg.timing.budget();
-        }
+        let wait = if cfg.safeguards.gate { self.rows[slot].busy } else { 0 };
+        self.rows[slot].fence += 1;
+        self.arm_row(cfg, slot);
+        let row = &self.rows[slot];
         Claimed { fence: row.fence, pull_next: row.pull_next, wait }
     }
 

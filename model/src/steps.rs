@@ -105,7 +105,9 @@ impl World {
         self.ghost.fence_regressed |= c.fence <= self.ghost.claimed[s];
         self.ghost.takeover |= c.fence > 1;
         self.ghost.claimed[s] = c.fence;
-        let ready = Ready { fence: c.fence, token: c.pull_next, wait: c.wait, window: window(cfg), aborted: false };
+        // The claim's own window arms the first request only when there is nothing to wait for.
+        let window = if c.wait == 0 { window(cfg) } else { 0 };
+        let ready = Ready { fence: c.fence, token: c.pull_next, wait: c.wait, window, aborted: false };
         self.set_stage(p, s, Stage::Ready(ready));
     }
 

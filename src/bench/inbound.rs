@@ -52,6 +52,7 @@ pub(super) fn bench_env() -> Vec<(String, String)> {
         ("CABINE__TIMING__HEARTBEAT", "1s"),
         ("CABINE__TIMING__DRIFT_MARGIN", "200ms"),
         ("CABINE__TIMING__LONG_POLL_TIMEOUT", "2s"),
+        ("CABINE__ICOM__SERVER_HOLD", "1s"),
         ("CABINE__TIMING__SEND_TIMEOUT", "2s"),
         ("CABINE__TIMING__LOCK_DELAY", "2s"),
         ("CABINE__TIMING__ACQUIRE_INTERVAL", "250ms"),

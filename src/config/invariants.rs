@@ -41,6 +41,16 @@ fn check_timing(s: &Settings) -> Result<(), ConfigError> {
             format!("lease ({:?}) must be >= 3 x heartbeat ({:?})", t.lease, t.heartbeat),
         );
     }
+    if t.long_poll_timeout <= s.icom.server_hold {
+        return fail(
+            "timing.long_poll_timeout, icom.server_hold",
+            format!(
+                "long_poll_timeout ({:?}) must exceed the server's hold ({:?}): a GET we abandon lives on at the \
+                 server until then, and the gate's busy window (timeout + gate_margin) must cover it",
+                t.long_poll_timeout, s.icom.server_hold
+            ),
+        );
+    }
     if t.lock_delay < longest {
         return fail(
             "timing.lock_delay",

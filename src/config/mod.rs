@@ -169,6 +169,11 @@ pub struct NatsSettings {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IcomSettings {
+    /// The longest the Central Bank holds an empty GET before its 204 (DESIGN §1: ~5 s).
+    /// A request we abandon lives on at the server that long: `timing.long_poll_timeout`
+    /// must exceed it, so the gate's busy window covers it.
+    #[serde(with = "humantime_serde")]
+    pub server_hold: Duration,
     pub max_in_flight: PoolSize,
     pub sends_counted_separately: bool,
     pub host_without_port: bool,
@@ -409,6 +414,7 @@ mod load_tests {
             ("CABINE__TIMING__SEND_TIMEOUT", "1s"),
             ("CABINE__TIMING__LOCK_DELAY", "1s"),
             ("CABINE__TIMING__DRIFT_MARGIN", "100ms"),
+            ("CABINE__ICOM__SERVER_HOLD", "500ms"),
             ("CABINE__ICOM__CHANNELS__CSM__ENABLED", "true"),
             ("CABINE__POOLS__STREAM", "3"),
         ])

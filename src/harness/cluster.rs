@@ -45,6 +45,7 @@ pub fn test_timings() -> Vec<(String, String)> {
         ("CABINE__TIMING__LOCK_DELAY", "1s"),
         ("CABINE__TIMING__REQUEST_MARGIN", "100ms"),
         ("CABINE__TIMING__GATE_MARGIN", "200ms"),
+        ("CABINE__ICOM__SERVER_HOLD", "200ms"),
         ("CABINE__TIMING__ACQUIRE_INTERVAL", "200ms"),
         ("CABINE__TIMING__DRAIN_TIME", "1s"),
         ("CABINE__TIMING__STOP_TIMEOUT", "3s"),

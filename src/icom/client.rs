@@ -77,11 +77,13 @@ impl IcomClient {
     /// gzipped XML body for one message, a gzipped `multipart/mixed` for more.
     /// `Err` means the batch itself is unusable and nothing was sent.
     pub async fn send(&mut self, batch: &[Bytes]) -> Result<SendOutcome, WireError> {
+        // The send timeout counts from here, gzip included: the gate's busy window
+        // (armed just before) covers the whole call, not only the wire part.
+        let started = Instant::now();
         let (body, boundary) = send_body(batch, &self.endpoint.settings.limits)?;
         let kind = boundary.as_deref().map_or(RequestBody::GzipXml, RequestBody::GzipMultipart);
-        let started = Instant::now();
         let url = self.endpoint.send_url();
-        let timeout = self.endpoint.settings.send_timeout;
+        let timeout = self.endpoint.settings.send_timeout.saturating_sub(started.elapsed());
         let outcome = match self.exchange(Method::POST, url, kind, Some(body), timeout).await {
             Ok(reply) => outcome::send_outcome(&reply),
             Err(Failure::Timeout) => SendOutcome::Timeout,

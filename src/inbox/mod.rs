@@ -194,9 +194,10 @@ impl PgInbox {
     }
 }
 
-/// Milliseconds for a statement parameter.
+/// Whole milliseconds for a statement parameter, rounded up: Postgres's
+/// window is never shorter than the holder assumes.
 fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
 }
 
 /// A `slot_cursor` row; a channel or slot this build does not know is skipped.

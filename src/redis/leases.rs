@@ -374,6 +374,8 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn report_amnesia(&self, evidence: &str) -> Result<Duration, LeaseError> {
+        // This pod quarantines itself first, whatever becomes of the call.
+        self.view().quarantine_for(self.config.ttl(), Instant::now());
         let keys = vec![self.config.keys.quarantine()];
         let args = vec![Value::from(millis(self.config.ttl())), Value::from(evidence.to_owned())];
         let timeout = self.config.command_timeout;

@@ -39,6 +39,7 @@ pub fn channel_overrides(base_url: &str, ispb: &str, timeout: &str) -> Vec<(&'st
         ("CABINE__CLUSTER__ISPB", ispb.to_owned()),
         ("CABINE__ICOM__CHANNELS__CPM__BASE_URL", base_url.to_owned()),
         ("CABINE__TIMING__LONG_POLL_TIMEOUT", timeout.to_owned()),
+        ("CABINE__ICOM__SERVER_HOLD", "200ms".to_owned()),
         ("CABINE__TIMING__SEND_TIMEOUT", timeout.to_owned()),
     ]
 }

@@ -36,7 +36,8 @@ pub enum GateError {
 #[async_trait::async_trait]
 pub trait SendGates: Send + Sync + 'static {
     /// Takes the next fence of send slot `slot` of `channel` for `holder` and
-    /// arms its first request: `busy_until = max(busy_until, now()) + busy_for`.
+    /// opens a window, `busy_until = max(busy_until, now() + busy_for)`; the wait
+    /// is what was left of the previous one (the window arms the first POST only when it is 0).
     async fn claim(
         &self,
         channel: ChannelId,

@@ -75,7 +75,8 @@ pub enum InboxError {
 #[async_trait::async_trait]
 pub trait InboxStore: Send + Sync + 'static {
     /// Takes the next fence of `slot` (creating its row if absent) for `holder`
-    /// and arms its first request: `busy_until = max(busy_until, now()) + busy_for`.
+    /// and opens a window, `busy_until = max(busy_until, now() + busy_for)`; the
+    /// wait is what was left of the previous one (the window arms the first request only when it is 0).
     async fn claim(&self, slot: SlotId, holder: &str, busy_for: Duration) -> Result<Claim, InboxError>;
     /// In ONE transaction: fails with `FenceLost` unless the row's fence is
     /// still `fence`; inserts `batch` (ON CONFLICT DO NOTHING); stores `pull_next`;

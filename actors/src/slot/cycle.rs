@@ -18,10 +18,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::domain::SlotId;
-use crate::gate::{self, Blocked, Gate};
+use crate::gate::{self, Blocked, Gate, Ready};
 use crate::ledger::HeldLease;
 use crate::metrics;
-use crate::ports::{IcomStream, InboundMessage, InboxError, PollOutcome};
+use crate::ports::{IcomStream, InboundMessage, InboxError, LostCause, PollOutcome};
 use crate::tree::context::TreeContext;
 
 /// Where a cycle is, as a drain must know it.
@@ -171,24 +171,33 @@ async fn request(input: &mut CycleInput, stream: &mut dyn IcomStream) -> (CycleE
     settle(input, outcome).await
 }
 
-/// Waits out a previous holder's window and arms when needed; then checks the
-/// lease again (a wait may have used some of it).
+/// Waits out a previous holder's window and arms when needed, then checks the
+/// lease still leaves room for a whole request (a wait may have used some of
+/// it); a renewal waited for may outlast the armed window: then around again.
 async fn through_gate(input: &mut CycleInput) -> Result<(), CycleEnd> {
     let (inbox, slot) = (input.ctx.ports.inbox.clone(), input.slot);
-    match gate::pass(&mut input.gate, |fence, busy_for| inbox.arm(slot, fence, busy_for)).await {
-        Ok(()) => {}
-        Err(Blocked::Store(e)) => return Err(inbox_failure(e)),
-        Err(Blocked::Slow(margin)) => {
-            let why = format!("gate writes take longer than the margin ({margin:?})");
-            return Err(CycleEnd::Backoff { why, at_least: None, reconnect: false });
+    let (budget, patience) = (input.ctx.config.request_budget(), input.ctx.config.timing.heartbeat);
+    for _ in 0..3 {
+        match gate::pass(&mut input.gate, |fence, busy_for| inbox.arm(slot, fence, busy_for)).await {
+            Ok(()) => {}
+            Err(Blocked::Store(e)) => return Err(inbox_failure(e)),
+            Err(Blocked::Slow(margin)) => {
+                let why = format!("gate writes take longer than the margin ({margin:?})");
+                return Err(CycleEnd::Backoff { why, at_least: None, reconnect: false });
+            }
+        }
+        match input.lease.ready_for(budget, patience).await {
+            Ok(()) if input.gate.ready(Instant::now()) == Ready::Go => return Ok(()),
+            Ok(()) => continue,
+            Err(LostCause::Expired) => {
+                let why = "lease not renewed in time for a whole request".to_owned();
+                return Err(CycleEnd::Backoff { why, at_least: None, reconnect: false });
+            }
+            Err(cause) => return Err(CycleEnd::LeaseLost(format!("lease lost at the gate: {cause}"))),
         }
     }
-    let budget = input.ctx.config.request_budget();
-    input
-        .lease
-        .ready_for(budget, Duration::ZERO)
-        .await
-        .map_err(|cause| CycleEnd::LeaseLost(format!("lease not valid for a whole request after the gate: {cause}")))
+    let why = "the lease and the gate never agreed on a window".to_owned();
+    Err(CycleEnd::Backoff { why, at_least: None, reconnect: false })
 }
 
 async fn settle(input: &mut CycleInput, outcome: PollOutcome) -> (CycleEnd, &'static str) {

@@ -16,9 +16,9 @@ use super::cycle::{Received, Stage};
 use super::{DrainOutcome, Handover, PendingDrain, Phase, Slot, SlotMsg, SlotState, Step};
 use crate::backoff::jittered;
 use crate::domain::SlotId;
-use crate::gate::{self, Gate};
+use crate::gate::{self, Gate, Ready};
 use crate::ledger::HeldLease;
-use crate::ports::{CloseOutcome, GrantId, IcomStream, PodBeat};
+use crate::ports::{CloseOutcome, GrantId, IcomStream, LostCause, PodBeat};
 use crate::tree::context::TreeContext;
 
 /// What the slot holds while it holds the lease.
@@ -80,14 +80,20 @@ impl Slot {
                 holding
             }
             other => {
+                // Nothing held: a drain is answered at once, anything else changes nothing.
                 state.phase = other;
-                return self.finish_drain(state, DrainOutcome::Idle);
+                if state.drain.is_some() {
+                    self.finish_drain(state, DrainOutcome::Idle);
+                }
+                return;
             }
         };
-        let (ctx, slot, owner) = (self.ctx.clone(), self.slot, self.owner());
+        let (ctx, slot, owner, grant) = (self.ctx.clone(), self.slot, self.owner(), holding.grant.clone());
         let task =
             state.timers.spawn(me, async move { Step::HandedOver(run(ctx, slot, owner, holding, handover).await) });
-        self.enter(state, Phase::Draining { task });
+        // Losing the lease aborts the handover too (its DELETE must not outlive the lease).
+        self.ctx.ledger.attach_task(&self.owner(), task.abort_handle());
+        self.enter(state, Phase::Draining { task, grant });
     }
 
     pub(super) fn on_handed_over(&self, me: &ActorRef<SlotMsg>, state: &mut SlotState, handover: Handover) {
@@ -126,6 +132,8 @@ pub async fn run(ctx: TreeContext, slot: SlotId, owner: String, mut holding: Hol
     };
     drop(holding.stream.take());
     settle_gate(&ctx, slot, &holding.gate).await;
+    // This very task gives the lease back: removing the entry must not abort it.
+    ctx.ledger.detach_task(&owner);
     if let Some(lease) = ctx.ledger.remove(&owner) {
         ctx.release(vec![lease]).await;
     }
@@ -144,14 +152,18 @@ async fn settle_gate(ctx: &TreeContext, slot: SlotId, gate: &Gate) {
 }
 
 async fn close_stream(ctx: &TreeContext, slot: SlotId, holding: &mut Holding, cursor: &str) -> bool {
-    let mut lease = holding.lease.clone();
-    if let Err(cause) = lease.ready_for(ctx.config.request_budget(), Duration::ZERO).await {
-        tracing::warn!(%slot, %cause, "lease too short to close the stream; leaving it open");
-        return false;
-    }
     let inbox = ctx.ports.inbox.clone();
     if let Err(blocked) = gate::pass(&mut holding.gate, |fence, busy_for| inbox.arm(slot, fence, busy_for)).await {
         tracing::warn!(%slot, ?blocked, "gate closed to the DELETE; leaving the stream open");
+        return false;
+    }
+    // After the gate (which may have waited): the DELETE must fit in the lease too.
+    let mut lease = holding.lease.clone();
+    let ready = lease.ready_for(ctx.config.request_budget(), Duration::ZERO).await;
+    if let Err(cause) =
+        ready.and_then(|()| holding.gate.ready(Instant::now()).eq(&Ready::Go).then_some(()).ok_or(LostCause::Expired))
+    {
+        tracing::warn!(%slot, %cause, "no room left in the lease or the gate to close the stream; leaving it open");
         return false;
     }
     let mut stream = holding.stream.take().unwrap_or_else(|| ctx.ports.icom.stream(slot.channel));

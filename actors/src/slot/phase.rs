@@ -18,8 +18,9 @@ pub enum Phase {
     /// which owns the connection and the live gate (an abort marks `holding.gate`
     /// in doubt: `Gate::aborted`).
     Polling { holding: Holding, task: OwnedTask },
-    /// Handing the slot over in `task`: closing the stream if asked, releasing the lease.
-    Draining { task: OwnedTask },
+    /// Handing the slot over in `task`: closing the stream if asked, releasing
+    /// the lease (`grant`: a loss notice for it ends the handover).
+    Draining { task: OwnedTask, grant: crate::ports::GrantId },
     /// Failed over: this pod stays out of acquiring the slot until the cooldown ends.
     Cooldown,
     /// The pod is stopping: handed over (or closed) and idle for good.

@@ -148,7 +148,13 @@ impl Slot {
                 return self.hand_over(me, state, Handover::KeepOpen);
             }
         }
-        let Phase::Holding(mut holding) = std::mem::replace(&mut state.phase, Phase::Standby) else { return };
+        let mut holding = match std::mem::replace(&mut state.phase, Phase::Standby) {
+            Phase::Holding(holding) => holding,
+            other => {
+                state.phase = other;
+                return;
+            }
+        };
         let stream = holding.stream.take().unwrap_or_else(|| self.ctx.ports.icom.stream(self.slot.channel));
         let gate = holding.gate.clone();
         let input = CycleInput {
@@ -173,8 +179,12 @@ impl Slot {
         state: &mut SlotState,
         report: CycleReport,
     ) -> Result<(), ActorProcessingErr> {
-        let Phase::Polling { mut holding, .. } = std::mem::replace(&mut state.phase, Phase::Standby) else {
-            return Ok(());
+        let mut holding = match std::mem::replace(&mut state.phase, Phase::Standby) {
+            Phase::Polling { holding, .. } => holding,
+            other => {
+                state.phase = other;
+                return Ok(());
+            }
         };
         holding.stream = Some(report.stream);
         holding.gate = report.gate;
@@ -273,7 +283,8 @@ impl Slot {
     }
 
     pub(super) fn on_lease_lost(&self, me: &Me, state: &mut SlotState, grant: GrantId, cause: LostCause) {
-        if state.phase.holding().is_none_or(|h| h.grant != grant) {
+        let handing_over = matches!(&state.phase, Phase::Draining { grant: g, .. } if *g == grant);
+        if !handing_over && state.phase.holding().is_none_or(|h| h.grant != grant) {
             return;
         }
         crate::metrics::lease_lost(cause_label(cause));

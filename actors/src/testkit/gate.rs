@@ -1,7 +1,7 @@
 //! In-memory send gates with the Postgres design's rules (DESIGN §2.5): one
 //! row per (channel, send slot), claims take the next fence and say what is
-//! left of the previous holder's busy window, writes are fenced and only ever
-//! extend `busy_until`; tokio's clock stands for Postgres's.
+//! left of the previous holder's busy window (and open their own), writes are
+//! fenced and only ever extend `busy_until`; tokio's clock stands for Postgres's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -61,11 +61,12 @@ impl SendGates for FakeSendGates {
         let mut rows = self.lock();
         let row = rows.entry((channel, slot)).or_default();
         let now = Instant::now();
-        let start = row.busy_until.map_or(now, |b| b.max(now));
+        let wait = row.busy_until.map_or(Duration::ZERO, |b| b.saturating_duration_since(now));
         row.fence += 1;
         row.holder = holder.to_owned();
-        row.busy_until = Some(start + busy_for);
-        Ok(GateClaim { fence: row.fence, wait: start - now })
+        let until = now + busy_for;
+        row.busy_until = Some(row.busy_until.map_or(until, |b| b.max(until)));
+        Ok(GateClaim { fence: row.fence, wait })
     }
 
     async fn arm(&self, channel: ChannelId, slot: u8, fence: i64, busy_for: Duration) -> Result<(), GateError> {

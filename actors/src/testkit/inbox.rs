@@ -136,9 +136,9 @@ impl InboxStore for FakeInbox {
         row.fence += 1;
         row.holder = holder.to_owned();
         row.updated_at = now;
-        let start = row.busy_until.map_or(now, |b| b.max(now));
-        row.busy_until = Some(start + busy_for);
-        Ok(Claim { fence: row.fence, pull_next: row.pull_next.clone(), wait: start - now })
+        let wait = row.busy_until.map_or(Duration::ZERO, |b| b.saturating_duration_since(now));
+        arm(row, busy_for);
+        Ok(Claim { fence: row.fence, pull_next: row.pull_next.clone(), wait })
     }
 
     async fn commit(

@@ -32,6 +32,11 @@ pub enum HeartbeatMsg {
     },
     /// Stop beating, remove this pod's key; answers the other live pods.
     Leave(RpcReplyPort<Vec<PodBeat>>),
+    /// A partial-amnesia report came back: `Ok` when the store took it.
+    Reported {
+        evidence: String,
+        outcome: Result<(), String>,
+    },
 }
 
 pub struct TickReport {
@@ -48,6 +53,8 @@ pub struct HeartbeatState {
     leave: Option<OwnedTask>,
     /// A partial-amnesia report on its way to the lease store.
     report: Option<OwnedTask>,
+    /// Evidence of partial amnesia not yet taken by the store: reported again every tick until it is.
+    pending: Option<String>,
     leaving: bool,
 }
 
@@ -64,7 +71,7 @@ impl Actor for LeaseHeartbeat {
 
     async fn pre_start(&self, _me: ActorRef<HeartbeatMsg>, _: ()) -> Result<HeartbeatState, ActorProcessingErr> {
         self.ctx.board.register(ID, Some("root"), "lease-heartbeat");
-        Ok(HeartbeatState { generation: 0, task: None, leave: None, report: None, leaving: false })
+        Ok(HeartbeatState { generation: 0, task: None, leave: None, report: None, pending: None, leaving: false })
     }
 
     async fn post_start(
@@ -89,7 +96,12 @@ impl Actor for LeaseHeartbeat {
                 state.task = None;
                 let started = report.started;
                 if let Some(evidence) = self.apply(*report)? {
-                    self.report_amnesia(state, evidence);
+                    self.found_amnesia(state, evidence);
+                }
+                if state.report.is_none()
+                    && let Some(evidence) = state.pending.clone()
+                {
+                    self.report_amnesia(&me, state, evidence);
                 }
                 let next = self.ctx.config.timing.heartbeat.saturating_sub(started.elapsed());
                 state.generation += 1;
@@ -97,6 +109,14 @@ impl Actor for LeaseHeartbeat {
                 me.send_after(next, move || HeartbeatMsg::Tick { generation });
             }
             HeartbeatMsg::Leave(reply) => self.leave(&me, state, reply),
+            HeartbeatMsg::Reported { evidence, outcome } => {
+                state.report = None;
+                match outcome {
+                    Ok(()) if state.pending.as_deref() == Some(evidence.as_str()) => state.pending = None,
+                    Ok(()) => {}
+                    Err(e) => tracing::warn!(error = %e, "partial amnesia not reported yet; again at the next tick"),
+                }
+            }
             _ => {}
         }
         Ok(())
@@ -167,22 +187,32 @@ impl LeaseHeartbeat {
         Ok(evidence)
     }
 
-    /// Tells the lease store (in a task) that it lost keys: no pool grants for a quarantine.
-    fn report_amnesia(&self, state: &mut HeartbeatState, evidence: String) {
+    /// New evidence: shown at once, merged into what is still to report.
+    fn found_amnesia(&self, state: &mut HeartbeatState, evidence: String) {
         tracing::error!(%evidence, "PARTIAL REDIS AMNESIA: a locally valid lease's key is gone or re-granted; quarantining every pool");
         metrics::partial_amnesia();
         self.ctx.board.add_detail(ID, "partial_amnesia", 1);
         self.ctx.board.set_error(ID, format!("partial amnesia: {evidence}"));
-        let ctx = self.ctx.clone();
+        state.pending = Some(match state.pending.take() {
+            Some(earlier) => format!("{earlier}; {evidence}"),
+            None => evidence,
+        });
+    }
+
+    /// Tells the lease store (in a task) that it lost keys: no pool grants for a quarantine.
+    fn report_amnesia(&self, me: &ActorRef<HeartbeatMsg>, state: &mut HeartbeatState, evidence: String) {
+        let (ctx, me) = (self.ctx.clone(), me.clone());
         state.report = Some(OwnedTask::spawn(async move {
             let budget = ctx.config.timing.heartbeat;
-            match tokio::time::timeout(budget, ctx.ports.leases.report_amnesia(&evidence)).await {
-                Ok(Ok(quarantine)) => tracing::warn!(?quarantine, "quarantine started for partial amnesia"),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "partial amnesia not reported; pods see it on their own renewals")
+            let outcome = match tokio::time::timeout(budget, ctx.ports.leases.report_amnesia(&evidence)).await {
+                Ok(Ok(quarantine)) => {
+                    tracing::warn!(?quarantine, "quarantine started for partial amnesia");
+                    Ok(())
                 }
-                Err(_) => tracing::warn!("partial amnesia report timed out; pods see it on their own renewals"),
-            }
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("no answer within {budget:?}")),
+            };
+            let _ = me.send_message(HeartbeatMsg::Reported { evidence, outcome });
         }));
     }
 

@@ -12,9 +12,10 @@
 --                snapshot, failover) or its mark was lost: keys may be from the
 --                past, so a quarantine starts (if none runs); surviving leases go on;
 --   'changed'    the epoch differs from `known` (another pod saw amnesia): the
---                caller's leases are lost; a quarantine starts only if this epoch
---                is younger than a quarantine and its key was lost (a stale pod
---                coming back long after does not stop the cluster again);
+--                caller's leases are lost; a quarantine starts only if `known` is
+--                younger than the epoch Redis holds (the store went back in time),
+--                or this epoch is younger than a quarantine and its key was lost
+--                (a stale pod coming back long after does not stop the cluster again);
 --   'same'       nothing happened (`known` empty: a new pod adopts the epoch).
 
 local function now_ms()
@@ -60,7 +61,11 @@ local function check_epoch(epoch_key, quarantine_key, server_key, known, fresh, 
   end
   if known ~= '' and known ~= current then
     local created = tonumber(string.match(current, '@(%d+)$'))
-    if left == 0 and created then
+    local known_created = tonumber(string.match(known, '@(%d+)$'))
+    if created and known_created and known_created > created then
+      -- The caller has seen a younger epoch: the store went back to an older state.
+      left = quarantine(quarantine_key, 'rollback: an epoch older than one a pod already saw', quarantine_ms)
+    elseif left == 0 and created then
       local owed = created + quarantine_ms - now_ms()
       if owed > 0 then
         left = quarantine(quarantine_key, 'amnesia: the quarantine of a new epoch was lost', owed)

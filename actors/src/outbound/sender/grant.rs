@@ -33,6 +33,11 @@ pub async fn run(
         Ok(held) => held,
         Err(refused) => return refused,
     };
+    if held.lease.current().is_none_or(|lease| !lease.is_valid()) {
+        // Paused between the grant and the claim: a claim now could take the fence from a live holder.
+        lease::release_leftover(&ctx, &owner);
+        return Acquisition::Retry("the send lease lapsed before the claim".into());
+    }
     let margin = ctx.config.timing.gate_margin;
     let sent = Instant::now();
     match ports.gates.claim(channel, held.slot, &held.grant.0, timeout + margin).await {

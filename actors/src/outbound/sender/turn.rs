@@ -120,17 +120,18 @@ impl Turn {
         let now = self.input.clock.now();
         let (due, late): (Vec<ReadyMessage>, Vec<ReadyMessage>) = due.into_iter().partition(|m| m.deadline > now);
         back.extend(verdict::not_sent(&late, Duration::ZERO, "deadline passed before sending"));
-        let mut lease: HeldLease = self.input.lease.clone();
-        if let Err(cause) = lease.ready_for(self.input.lease_budget, Duration::ZERO).await {
-            back.extend(verdict::not_sent(&due, Duration::ZERO, "send lease lost"));
-            return self.give_back(&claim, back, TurnEnd::LeaseLost(format!("send lease: {cause}"))).await;
-        }
         if due.is_empty() {
             return self.give_back(&claim, back, TurnEnd::Empty).await;
         }
         if let Err(blocked) = self.through_gate().await {
             back.extend(verdict::not_sent(&due, Duration::ZERO, "send gate closed"));
             return self.give_back(&claim, back, gate_failure(blocked)).await;
+        }
+        // After the gate (which may have waited or armed): the POST must fit in the lease too.
+        let mut lease: HeldLease = self.input.lease.clone();
+        if let Err(cause) = lease.ready_for(self.input.lease_budget, Duration::ZERO).await {
+            back.extend(verdict::not_sent(&due, Duration::ZERO, "send lease lost"));
+            return self.give_back(&claim, back, TurnEnd::LeaseLost(format!("send lease: {cause}"))).await;
         }
         let raws: Vec<bytes::Bytes> = due.iter().map(|m| m.raw.clone()).collect();
         let conn = self.conn.as_mut().expect("a turn owns its connection");
