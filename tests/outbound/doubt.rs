@@ -208,10 +208,9 @@ async fn the_reconciler_settles_in_doubt_rows_and_only_those() {
     assert_eq!(rig.store.in_doubt(None, 10).await.unwrap().rows.len(), 3, "the Reconciler's work list");
 
     let settle = async |m: &cabine_actors::ports::outbound::NewOutbound, s: Settlement| {
-        match rig.store.settle_in_doubt(&m.msg_id, &s).await.unwrap() {
-            Settled::Done(event) => event.status.as_str(),
-            other => panic!("{other:?}"),
-        }
+        let settled = rig.store.settle_in_doubt(&m.msg_id, &s).await.unwrap();
+        let Settled::Done(event) = settled else { panic!("{settled:?}") };
+        event.status.as_str()
     };
     let never = Settlement::NotStored { evidence: "no such MsgId at the SPI".into() };
     assert_eq!(settle(&all[0], never.clone()).await, "timeout", "never stored: the core may pay again");
