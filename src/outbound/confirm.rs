@@ -15,8 +15,7 @@ use std::time::Duration;
 
 use cabine_actors::ports::outbound::{ConfirmOutcome, OutboundError};
 use cabine_actors::ports::{ConfirmError, Confirmations, Correlated};
-use deadpool_postgres::GenericClient;
-use deadpool_postgres::Pool;
+use deadpool_postgres::{GenericClient, Pool};
 
 use super::correlate;
 use super::rows::pg_error;

@@ -17,9 +17,8 @@
 //! server past it, answering `Unavailable` — a lock wait or a blackholed
 //! connection never holds a sender (and its cluster-wide send slot) forever.
 
-use std::time::Duration;
-
 use std::future::Future;
+use std::time::Duration;
 
 use bytes::Bytes;
 use cabine_actors::ports::outbound::{
