@@ -71,7 +71,7 @@ impl JetStreamResults {
     /// One outbox statement within the query timeout (cancelled on the server past it).
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, ResultsError>
     where
-        F: FnOnce(deadpool_postgres::Object) -> Fut,
+        F: FnOnce(bounded::Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T, OutboundError>>,
     {
         bounded::with_conn(&self.pool, self.query_timeout, op)

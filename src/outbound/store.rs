@@ -27,13 +27,13 @@ use cabine_actors::ports::outbound::{
     Settlement, SpiVerdict,
 };
 use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultEvent, ResultStatus};
-use deadpool_postgres::{GenericClient, Object, Pool};
+use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::types::ToSql;
 
 use super::rows::pg_error;
 use super::transition::{Change, transition_sql};
 use crate::config::{ChannelId, Ispb, Settings};
-use crate::db::bounded;
+use crate::db::bounded::{self, Conn};
 
 mod insert;
 mod queries;
@@ -87,7 +87,7 @@ impl PgOutboundStore {
     /// the server past it): the only way this store reaches Postgres.
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, OutboundError>
     where
-        F: FnOnce(Object) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = Result<T, OutboundError>>,
     {
         bounded::with_conn(&self.pool, self.policy.query_timeout, op).await
@@ -95,7 +95,7 @@ impl PgOutboundStore {
 
     /// Runs a statement shaped by [`transition_sql`] (or the insert) on a pooled connection.
     async fn changes(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Change>, OutboundError> {
-        self.bounded(|conn| async move { run_changes(&conn, sql, params).await }).await
+        self.bounded(|conn| async move { run_changes(&*conn, sql, params).await }).await
     }
 
     async fn store_one(&self, request: OutboundRequest) -> Result<Inserted, OutboundError> {

@@ -151,11 +151,14 @@ async fn a_locked_outbound_table_answers_unavailable_within_the_query_timeout() 
     rig.store.insert(&b).await.unwrap();
     let query_timeout = Duration::from_millis(300);
     let store = PgOutboundStore::new(rig.pool.clone(), &rig.ispb, OutboundPolicy { query_timeout, ..policy() });
+    // Connections opened beforehand: under the lock every call waits on it, none on a new connection.
+    let warm: Vec<_> = futures::future::join_all((0..4).map(|_| rig.pool.get())).await;
+    drop(warm);
     let mut conn = rig.pool.get().await.unwrap();
     let lock = conn.transaction().await.unwrap();
     lock.batch_execute("LOCK TABLE outbound IN ACCESS EXCLUSIVE MODE").await.unwrap();
 
-    let bound = query_timeout + Duration::from_millis(200);
+    let bound = query_timeout + Duration::from_millis(700);
     let sent = [(a.msg_id.clone(), SendResult::Sent { resource_id: "R1".into() })];
     let c = msg(3, Priority::Normal, minutes(5));
     let started = Instant::now();
@@ -179,7 +182,7 @@ async fn a_locked_outbound_table_answers_unavailable_within_the_query_timeout() 
     let names = ["take_ready", "record", "insert", "expire_overdue", "get"];
     for ((call, outcome), took) in names.iter().zip(&calls).zip(&took) {
         assert!(matches!(outcome, Err(OutboundError::Unavailable(_))), "{call}: {outcome:?}");
-        assert!(*took >= query_timeout && *took < bound, "{call} answered after {took:?}");
+        assert!(*took >= query_timeout && *took < bound, "{call} answered after {took:?}: {outcome:?}");
     }
     assert!(started.elapsed() < bound * 5);
 
@@ -225,4 +228,40 @@ async fn the_reconciler_settles_in_doubt_rows_and_only_those() {
     assert_eq!(rig.store.settle_in_doubt("M-unknown", &never).await.unwrap(), Settled::NotFound);
     assert!(rig.store.in_doubt(None, 10).await.unwrap().rows.is_empty());
     rig.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_connection_cut_by_the_timeout_is_cancelled_and_never_lent_again() {
+    use cabine::db::bounded::with_conn;
+    let mut s = crate::common::settings("obs", &[]);
+    s.postgres.pool_size = 1;
+    let pool = cabine::db::pool(&s.postgres).unwrap();
+    let pid = async |timeout: Duration| {
+        with_conn(&pool, timeout, |c| async move {
+            let row = c.query_one("SELECT pg_backend_pid()", &[]).await;
+            row.map(|r| r.get::<_, i32>(0)).map_err(|e| OutboundError::Fatal(e.to_string()))
+        })
+        .await
+    };
+    let first = pid(Duration::from_secs(2)).await.unwrap();
+    let started = Instant::now();
+    let cut: Result<(), OutboundError> = with_conn(&pool, Duration::from_millis(200), |c| async move {
+        c.batch_execute("SELECT pg_sleep(5)").await.map_err(|e| OutboundError::Fatal(e.to_string()))
+    })
+    .await;
+    assert!(matches!(cut, Err(OutboundError::Unavailable(_))), "{cut:?}");
+    let next = pid(Duration::from_secs(2)).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "the next call did not wait behind the cut statement");
+    assert_ne!(next, first, "the only pooled connection was cut: the next call gets a fresh one");
+    let conn = pool.get().await.unwrap();
+    let mut sleeping = 1;
+    for _ in 0..50 {
+        let row = conn.query_one("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", &[&first]).await.unwrap();
+        sleeping = row.get::<_, i64>(0);
+        if sleeping == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sleeping, 0, "the cut backend was cancelled and its connection closed");
 }

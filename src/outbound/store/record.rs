@@ -182,7 +182,7 @@ impl PgOutboundStore {
         reference: &ConfirmRef,
         verdict: &SpiVerdict,
     ) -> Result<ConfirmOutcome, OutboundError> {
-        self.bounded(|client| async move { self.verdict_on(&client, reference, verdict).await }).await
+        self.bounded(|client| async move { self.verdict_on(&*client, reference, verdict).await }).await
     }
 
     /// Applies the SPI's verdict on `client` (a pooled connection or the confirmer's transaction).
