@@ -2,7 +2,8 @@
 //! Postgres and NATS): `POST /v1/outbound` through to confirmation, state and
 //! history, pages by status, the bearer token on every changing endpoint, a
 //! poison message dead then reprocessed, an open breaker reset, `/actors`,
-//! and the `cabine outbound …` / `cabine breaker reset` client commands.
+//! a different body under a taken MsgId refused (409), and the
+//! `cabine outbound …` / `cabine breaker reset` client commands.
 
 mod cluster_support;
 mod ops_support;
@@ -318,4 +319,67 @@ async fn a_pod_without_nats_refuses_with_503(c: &mut LocalCluster) -> anyhow::Re
     ensure!(v["error"].as_str().is_some_and(|e| e.contains("not published")), "{v}");
     ensure!(c.query(&format!("SELECT 1 FROM outbound WHERE msg_id = '{}'", id_of(&body))).await?.is_empty());
     Ok(())
+}
+
+/// `body` rewritten to carry `msg_id`: another message (its own EndToEndId) under a taken MsgId.
+fn under(body: &Bytes, msg_id: &str) -> Bytes {
+    Bytes::from(String::from_utf8_lossy(body).replace(&id_of(body), msg_id))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_different_body_under_a_taken_msg_id_is_refused_with_409_and_never_sent() {
+    // An outage holds 3 rows queued; with max_queued 1 the dispatcher stops pulling.
+    let extra = [
+        ("CABINE__OUTBOUND__MAX_QUEUED", "1"),
+        ("CABINE__OUTBOUND__BREAKER__CONSECUTIVE_FAILURES", "3"),
+        ("CABINE__OUTBOUND__BREAKER__BREAK_TIME", "60s"),
+        ("CABINE__TIMING__POISON_ATTEMPTS", "20"),
+    ];
+    let c = start("ops_conflict", 1, &extra).await;
+    run(c, async |c| {
+        let desk = Desk::of(c, 0);
+        c.sim.control.faults(json!({ "error_5xx_ratio": 1.0 })).await?;
+        let mut all = bodies(c, 5);
+        let (first, second) = (all.remove(0), all.remove(0));
+        for filler in &all {
+            ensure!(send(&desk, filler, &[]).await?.0 == StatusCode::ACCEPTED);
+        }
+        let paused = until(Duration::from_secs(30), async || {
+            let (_, tree) = desk.get("/actors").await?;
+            let paused = actor(&tree, "outbound-dispatcher").is_some_and(|d| d["details"]["backpressure"] == true);
+            Ok((paused, paused))
+        })
+        .await?;
+        ensure!(paused, "the dispatcher stops pulling");
+        tokio::time::sleep(Duration::from_secs(2)).await; // longer than a pull already waiting (pull_wait)
+        let msg_id = id_of(&first);
+        let other = under(&second, &msg_id);
+
+        // On the bus, not stored yet: JetStream would drop the other body as a duplicate.
+        let (status, v) = send(&desk, &first, &[]).await?;
+        ensure!(status == StatusCode::ACCEPTED && v["duplicate"] == false, "{status} {v}");
+        let (status, v) = send(&desk, &other, &[]).await?;
+        ensure!(status == StatusCode::CONFLICT && v["msg_id"] == msg_id.as_str(), "on the bus: {status} {v}");
+        ensure!(v["status"].is_null(), "not stored yet: {v}");
+        let (status, v) = send(&desk, &first, &[]).await?;
+        ensure!(status == StatusCode::ACCEPTED && v["duplicate"] == true, "the same body stays a 202: {status} {v}");
+
+        // Stored and confirmed: the store refuses the other body too, with the status.
+        c.sim.control.faults(json!({ "error_5xx_ratio": 0.0 })).await?;
+        let (status, v) = desk.post("/v1/breakers/99999010/cpm/reset", Call::authorized()).await?;
+        ensure!(status == StatusCode::OK, "{status} {v}");
+        let v = desk.until_status(&msg_id, "confirmed", Duration::from_secs(30)).await?;
+        ensure!(v["status"] == "confirmed", "the first body went out: {v}");
+        let (status, v) = send(&desk, &other, &[]).await?;
+        ensure!(status == StatusCode::CONFLICT && v["status"] == "confirmed", "stored: {status} {v}");
+        let (status, v) = send(&desk, &first, &[]).await?;
+        ensure!(status == StatusCode::ACCEPTED && v["duplicate"] == true, "{status} {v}");
+
+        let stored = c.query(&format!("SELECT raw FROM outbound WHERE msg_id = '{msg_id}'")).await?;
+        ensure!(stored.len() == 1 && stored[0].get::<_, Vec<u8>>(0) == first.to_vec(), "the first body, once");
+        let a = c.sim.control.audit("cpm").await?;
+        ensure!(a["duplicates_outbound"] == 0, "each MsgId sent once: {a}");
+        Ok(())
+    })
+    .await;
 }

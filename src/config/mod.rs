@@ -134,7 +134,8 @@ pub struct PostgresSettings {
     pub create_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub recycle_timeout: Duration,
-    /// Bound on one inbox statement (claim, commit, cursor); beyond it the outcome is `Unavailable`.
+    /// Bound on one statement (inbox, send gates, outbound store and outbox, a confirmation pass),
+    /// pool wait included; beyond it the statement is cancelled on the server and the outcome is `Unavailable`.
     #[serde(with = "humantime_serde")]
     pub query_timeout: Duration,
     pub migrate_on_start: bool,

@@ -1,10 +1,12 @@
 //! Postgres plumbing: the deadpool pool (bounded waits, verified recycling,
-//! `search_path` pinned to the configured schema) and the embedded migrations.
+//! `search_path` pinned to the configured schema, TCP keepalives) and the
+//! embedded migrations.
 
 pub mod bounded;
 mod migrate;
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
@@ -24,17 +26,21 @@ pub enum PoolError {
     Build(#[from] deadpool_postgres::BuildError),
 }
 
+/// TCP keepalive on every connection: idle this long, then probes every
+/// [`KEEPALIVE_INTERVAL`], the connection dead after [`KEEPALIVE_RETRIES`]
+/// unanswered ones (≈ 25 s). The OS default (2 h idle) would leave a pooled
+/// connection to a vanished server looking alive.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+pub const KEEPALIVE_RETRIES: u32 = 3;
+/// Data sent and not acknowledged for this long (a blackholed peer while a
+/// statement is on the wire, where keepalives do not probe) closes the connection.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Builds the pool without connecting: an unreachable Postgres shows up later as
 /// a failed checkout (readiness 503), not as a failed start.
 pub fn pool(settings: &PostgresSettings) -> Result<Pool, PoolError> {
-    let mut pg = tokio_postgres::Config::from_str(&settings.url).map_err(PoolError::Url)?;
-    if let Some(pw) = &settings.password {
-        pg.password(pw.expose());
-    }
-    check_identifier(&settings.schema)?;
-    pg.options(format!("-c search_path={}", settings.schema));
-    pg.connect_timeout(settings.create_timeout);
-    pg.application_name("cabine");
+    let pg = connection_config(settings)?;
     let manager = Manager::from_config(pg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Verified });
     let pool = Pool::builder(manager)
         .max_size(settings.pool_size)
@@ -46,6 +52,24 @@ pub fn pool(settings: &PostgresSettings) -> Result<Pool, PoolError> {
     Ok(pool)
 }
 
+/// How each connection is opened: URL, password, schema, timeouts, keepalives.
+pub fn connection_config(settings: &PostgresSettings) -> Result<tokio_postgres::Config, PoolError> {
+    let mut pg = tokio_postgres::Config::from_str(&settings.url).map_err(PoolError::Url)?;
+    if let Some(pw) = &settings.password {
+        pg.password(pw.expose());
+    }
+    check_identifier(&settings.schema)?;
+    pg.options(format!("-c search_path={}", settings.schema));
+    pg.connect_timeout(settings.create_timeout);
+    pg.application_name("cabine");
+    pg.keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT);
+    Ok(pg)
+}
+
 /// Schemas are interpolated into SQL (`search_path`, `CREATE SCHEMA`), so only plain names pass.
 pub fn check_identifier(name: &str) -> Result<(), PoolError> {
     let ok = !name.is_empty()
@@ -53,4 +77,22 @@ pub fn check_identifier(name: &str) -> Result<(), PoolError> {
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
         && !name.as_bytes()[0].is_ascii_digit();
     if ok { Ok(()) } else { Err(PoolError::Schema(name.to_owned())) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DEFAULT_TOML, Settings};
+
+    #[test]
+    fn connections_probe_a_vanished_server_within_seconds() {
+        let env = std::collections::HashMap::new();
+        let settings = Settings::from_sources(DEFAULT_TOML, None, &env).expect("defaults are valid");
+        let pg = connection_config(&settings.postgres).expect("the default URL parses");
+        assert!(pg.get_keepalives());
+        assert_eq!(pg.get_keepalives_idle(), KEEPALIVE_IDLE);
+        assert_eq!(pg.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
+        assert_eq!(pg.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
+        assert_eq!(pg.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
+    }
 }

@@ -51,7 +51,7 @@ impl OutboundOperator {
     }
 
     /// The store's answer, or the 503 / 500 that says why there is none.
-    async fn stored<T>(&self, f: impl Future<Output = Result<T, OutboundError>>) -> Result<T, Refusal> {
+    pub(super) async fn stored<T>(&self, f: impl Future<Output = Result<T, OutboundError>>) -> Result<T, Refusal> {
         match self.bounded(f).await {
             Some(Ok(v)) => Ok(v),
             Some(Err(e @ OutboundError::Unavailable(_))) => {

@@ -5,9 +5,16 @@
 //! 400 with the reason when it is invalid (nothing published: the caller still
 //! holds it); 413 beyond `outbound.max_message_bytes`; 503 when NATS does not
 //! acknowledge it.
+//!
+//! A MsgId is accepted once (invariant 3): the same body again is an
+//! idempotent 202 (`duplicate: true`); a different body under a MsgId already
+//! stored — or already on the bus, which JetStream would silently drop as a
+//! duplicate — is 409 with that MsgId's status, and never goes out.
 
 use std::time::SystemTime;
 
+use async_nats::jetstream::publish::PublishAck;
+use async_nats::jetstream::stream::RawMessageErrorKind;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -57,7 +64,10 @@ pub async fn send(
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let raw = RawRequest { channel, header: &header, body, ingress_ref: None, published: SystemTime::now() };
     match parse_request(raw, &o.rules) {
-        OutboundRequest::Valid(message) => publish(o, &headers, message).await,
+        OutboundRequest::Valid(message) => match stored_as(o, &message).await? {
+            Stored::Other => conflict(o, &message.msg_id).await,
+            stored => publish(o, &headers, message, stored == Stored::Same).await,
+        },
         OutboundRequest::Invalid(invalid) => {
             let body = json!({ "error": invalid.reason, "claimed_msg_id": invalid.claimed_msg_id });
             Ok((StatusCode::BAD_REQUEST, Json(body)).into_response())
@@ -65,8 +75,61 @@ pub async fn send(
     }
 }
 
-/// Publishes on `{prefix}.out.{ispb}.{channel}` and waits for the PubAck.
-async fn publish(o: &OutboundOperator, headers: &HeaderMap, message: NewOutbound) -> Result<Response, Refusal> {
+/// What the store holds under a request's MsgId.
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    Nothing,
+    Same,
+    Other,
+}
+
+async fn stored_as(o: &OutboundOperator, message: &NewOutbound) -> Result<Stored, Refusal> {
+    Ok(match o.stored(o.store.stored_body(&message.msg_id)).await? {
+        None => Stored::Nothing,
+        Some(body) if body == message.raw => Stored::Same,
+        Some(_) => Stored::Other,
+    })
+}
+
+/// 409: `msg_id` is taken by another body; its status (`null` while the first
+/// copy still waits on the bus). Nothing was published.
+async fn conflict(o: &OutboundOperator, msg_id: &str) -> Result<Response, Refusal> {
+    let status = o.stored(o.store.get(msg_id)).await?.map(|d| d.row.status);
+    tracing::warn!(msg_id, "operator outbound request refused: its MsgId is taken by a different body");
+    let error = format!("{msg_id} already carries a different message: not sent; use a new MsgId");
+    Ok((StatusCode::CONFLICT, Json(json!({ "error": error, "msg_id": msg_id, "status": status }))).into_response())
+}
+
+/// The body JetStream kept for a duplicate publish: still on the stream at
+/// `sequence`, else (taken and stored since) in the store. `None`: neither
+/// holds it any more.
+async fn first_copy(o: &OutboundOperator, stream: &str, sequence: u64, msg_id: &str) -> Result<Option<Bytes>, Refusal> {
+    let unavailable = |e: String| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e);
+    let read = o
+        .bounded(async {
+            let stream = o.bus.get_stream_no_info(stream).await.map_err(|e| e.to_string())?;
+            match stream.get_raw_message(sequence).await {
+                Ok(m) => Ok(Some(m.payload)),
+                Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await
+        .ok_or_else(|| unavailable(format!("the first copy of {msg_id}: no answer within {:?}", o.timeout)))?;
+    match read.map_err(|e| unavailable(format!("the first copy of {msg_id}: {e}")))? {
+        Some(body) => Ok(Some(body)),
+        None => o.stored(o.store.stored_body(msg_id)).await,
+    }
+}
+
+/// Publishes on `{prefix}.out.{ispb}.{channel}` and waits for the PubAck; a
+/// duplicate PubAck is checked against the copy JetStream kept.
+async fn publish(
+    o: &OutboundOperator,
+    headers: &HeaderMap,
+    message: NewOutbound,
+    stored: bool,
+) -> Result<Response, Refusal> {
     let mut carried = async_nats::HeaderMap::new();
     for name in CARRIED {
         if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
@@ -82,22 +145,29 @@ async fn publish(o: &OutboundOperator, headers: &HeaderMap, message: NewOutbound
         })
         .await;
     match acked {
-        Some(Ok(ack)) => {
-            tracing::info!(msg_id = %message.msg_id, duplicate = ack.duplicate, "operator outbound request published");
-            let body = json!({
-                "msg_id": message.msg_id,
-                "channel": message.channel,
-                "status_url": format!("/v1/outbound/{}", message.msg_id),
-                "duplicate": ack.duplicate,
-                "stream": ack.stream,
-                "sequence": ack.sequence,
-            });
-            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
-        }
+        Some(Ok(ack)) if ack.duplicate => match first_copy(o, &ack.stream, ack.sequence, &message.msg_id).await? {
+            Some(first) if first == message.raw => Ok(accepted(&message, &ack, true)),
+            _ => conflict(o, &message.msg_id).await,
+        },
+        Some(Ok(ack)) => Ok(accepted(&message, &ack, stored)),
         Some(Err(e)) => Err(Refusal::new(StatusCode::SERVICE_UNAVAILABLE, format!("not published on the bus: {e}"))),
         None => Err(Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not published on the bus: no PubAck within {:?}", o.timeout),
         )),
     }
+}
+
+/// 202: JetStream holds it (or already held this very message: `duplicate`).
+fn accepted(message: &NewOutbound, ack: &PublishAck, duplicate: bool) -> Response {
+    tracing::info!(msg_id = %message.msg_id, duplicate, "operator outbound request published");
+    let body = json!({
+        "msg_id": message.msg_id,
+        "channel": message.channel,
+        "status_url": format!("/v1/outbound/{}", message.msg_id),
+        "duplicate": duplicate,
+        "stream": ack.stream,
+        "sequence": ack.sequence,
+    });
+    (StatusCode::ACCEPTED, Json(body)).into_response()
 }

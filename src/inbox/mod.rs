@@ -39,7 +39,7 @@ impl PgInbox {
     /// Runs `op` on a pooled connection within the query timeout (cancelled on the server past it).
     async fn with_conn<T, F, Fut>(&self, op: F) -> Result<T, InboxError>
     where
-        F: FnOnce(Object) -> Fut,
+        F: FnOnce(crate::db::bounded::Conn) -> Fut,
         Fut: Future<Output = Result<T, InboxError>>,
     {
         crate::db::bounded::with_conn(&self.pool, self.query_timeout, op).await

@@ -7,6 +7,8 @@
 //!   except a duplicate MsgId (`AM05`): that is the SPI refusing our resend of
 //!   a message it already holds (a 5xx or a crash after its 201 makes us resend
 //!   the same MsgId), and the first copy's own pacs.002 decides — no verdict.
+//!   The reference is the refused message's MsgId or the ResourceId its POST
+//!   was given (SPI implementations differ): [`ConfirmRef::Related`] matches both.
 //!
 //! [`OutboundStore::confirm`]: cabine_actors::ports::outbound::OutboundStore::confirm
 
@@ -79,7 +81,7 @@ fn admi002(fields: &[(usize, String)]) -> Vec<(ConfirmRef, SpiVerdict)> {
     }
     let reason = [text(7), text(8)].into_iter().flatten().collect::<Vec<_>>().join(": ");
     vec![(
-        ConfirmRef::MsgId(reference),
+        ConfirmRef::Related(reference),
         SpiVerdict::Rejected { reason: format!("admi.002 {reason}").trim().to_owned() },
     )]
 }
@@ -121,7 +123,7 @@ mod tests {
         let reason = "admi.002 SCHEMA: bad amount".to_owned();
         assert_eq!(
             got,
-            vec![(ConfirmRef::MsgId("M9999901000000000000000000000001".into()), SpiVerdict::Rejected { reason })]
+            vec![(ConfirmRef::Related("M9999901000000000000000000000001".into()), SpiVerdict::Rejected { reason })]
         );
     }
 

@@ -14,7 +14,10 @@ use cabine_actors::ports::outbound_bus::{ResultEvent, ResultSink, ResultStatus, 
 use deadpool_postgres::Pool;
 use serde::Serialize;
 
-use super::rows::{pg_error, pool_error};
+use cabine_actors::ports::outbound::OutboundError;
+
+use super::rows::pg_error;
+use crate::db::bounded;
 
 pub const STATUS_HEADER: &str = "Cabine-Status";
 pub const MSG_ID_HEADER: &str = "Cabine-Msg-Id";
@@ -54,12 +57,26 @@ pub struct JetStreamResults {
     js: jetstream::Context,
     subject: String,
     pool: Pool,
+    /// Bound on each outbox statement (`postgres.query_timeout`): a sender's
+    /// next turn waits for its previous publish, so a stuck mark would hold it.
+    query_timeout: Duration,
 }
 
 impl JetStreamResults {
     /// `subject` is [`crate::bus::Subjects::results`].
-    pub fn new(js: jetstream::Context, subject: String, pool: Pool) -> Self {
-        JetStreamResults { js, subject, pool }
+    pub fn new(js: jetstream::Context, subject: String, pool: Pool, query_timeout: Duration) -> Self {
+        JetStreamResults { js, subject, pool, query_timeout }
+    }
+
+    /// One outbox statement within the query timeout (cancelled on the server past it).
+    async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, ResultsError>
+    where
+        F: FnOnce(bounded::Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T, OutboundError>>,
+    {
+        bounded::with_conn(&self.pool, self.query_timeout, op)
+            .await
+            .map_err(|e| ResultsError::Unavailable(e.to_string()))
     }
 
     /// Sends every event, then awaits every PubAck; returns the ids acknowledged
@@ -90,30 +107,35 @@ impl JetStreamResults {
         if ids.is_empty() {
             return Ok(());
         }
-        let unavailable = |e: String| ResultsError::Unavailable(e);
-        let client = self.pool.get().await.map_err(|e| unavailable(pool_error(e).to_string()))?;
-        client
-            .execute("UPDATE outbound_history SET published_at = now() WHERE id = ANY($1)", &[&ids])
-            .await
-            .map_err(|e| unavailable(pg_error(&e).to_string()))?;
+        self.bounded(|client| async move {
+            client
+                .execute("UPDATE outbound_history SET published_at = now() WHERE id = ANY($1)", &[&ids])
+                .await
+                .map_err(|e| pg_error(&e))
+        })
+        .await?;
         Ok(())
     }
 
     async fn unpublished(&self, older_than: Duration, max: u32) -> Result<Vec<ResultEvent>, ResultsError> {
-        let unavailable = |e: String| ResultsError::Unavailable(e);
-        let client = self.pool.get().await.map_err(|e| unavailable(pool_error(e).to_string()))?;
-        let rows = client
-            .query(
-                "SELECT h.id, h.event, h.at, o.msg_id, o.ingress_ref, o.channel, h.attempt, o.resource_ids, h.detail
-                 FROM outbound_history h JOIN outbound o ON o.id = h.outbound_id
-                 WHERE h.event IS NOT NULL AND h.published_at IS NULL
-                   AND h.at < now() - $1::bigint * interval '1 millisecond'
-                 ORDER BY h.id LIMIT $2",
-                &[&(older_than.as_millis() as i64), &i64::from(max)],
-            )
-            .await
-            .map_err(|e| unavailable(pg_error(&e).to_string()))?;
-        rows.iter().map(|r| event_of(r).map_err(unavailable)).collect()
+        let (older_than, max) = (older_than.as_millis() as i64, i64::from(max));
+        let rows = self
+            .bounded(|client| async move {
+                client
+                    .query(
+                        "SELECT h.id, h.event, h.at, o.msg_id, o.ingress_ref, o.channel, h.attempt, o.resource_ids,
+                                h.detail
+                         FROM outbound_history h JOIN outbound o ON o.id = h.outbound_id
+                         WHERE h.event IS NOT NULL AND h.published_at IS NULL
+                           AND h.at < now() - $1::bigint * interval '1 millisecond'
+                         ORDER BY h.id LIMIT $2",
+                        &[&older_than, &max],
+                    )
+                    .await
+                    .map_err(|e| pg_error(&e))
+            })
+            .await?;
+        rows.iter().map(|r| event_of(r).map_err(ResultsError::Unavailable)).collect()
     }
 }
 

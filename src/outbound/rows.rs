@@ -1,5 +1,6 @@
 //! Reading outbound rows and history lines back from Postgres, and the split
-//! of Postgres errors into transient (`Unavailable`) and fatal.
+//! of Postgres errors into transient (`Unavailable`) and fatal (a statement cut
+//! by the query timeout is transient).
 
 use std::time::SystemTime;
 
@@ -72,6 +73,17 @@ fn io_source(e: &tokio_postgres::Error) -> bool {
         source = s.source();
     }
     false
+}
+
+/// A pool wait or a statement past `postgres.query_timeout` is transient: retry.
+impl crate::db::bounded::Bounded for OutboundError {
+    fn pool(e: deadpool_postgres::PoolError) -> Self {
+        pool_error(e)
+    }
+
+    fn timed_out(after: std::time::Duration) -> Self {
+        OutboundError::Unavailable(format!("postgres: no answer within {after:?} (statement cancelled)"))
+    }
 }
 
 pub(crate) fn pool_error(e: deadpool_postgres::PoolError) -> OutboundError {

@@ -4,24 +4,41 @@
 //! Ready rows are claimed with `FOR UPDATE SKIP LOCKED` and a claim token; the
 //! take query and the expiry both test the deadline under the row lock, so a
 //! row past its deadline is never claimed and a claimed row never expires.
+//!
+//! In doubt: an attempt whose outcome leaves open whether the SPI stored the
+//! message (5xx, timeout, transport error, a claim recovered after its sender
+//! vanished) sets `maybe_stored_at`; from then on the deadline, or a definite
+//! refusal of a resend, makes the row `in_doubt` instead of `timeout` /
+//! `rejected` — those tell the bank's core it was never stored. `in_doubt` rows
+//! are never claimed; a verdict or the Reconciler ([`Settlement`]) settles them.
+//!
+//! Bounded: every call runs on a pooled connection within
+//! `postgres.query_timeout` (pool wait included) and is cancelled on the
+//! server past it, answering `Unavailable` — a lock wait or a blackholed
+//! connection never holds a sender (and its cluster-wide send slot) forever.
 
+use std::future::Future;
 use std::time::Duration;
 
+use bytes::Bytes;
 use cabine_actors::ports::outbound::{
     Batch, BatchSize, ClaimToken, ConfirmOutcome, ConfirmRef, Inserted, InvalidOutbound, NewOutbound, OutboundDetail,
-    OutboundError, OutboundStatus, OutboundStore, Page, QueueDepth, Recorded, Reprocessed, SendResult, SpiVerdict,
+    OutboundError, OutboundStatus, OutboundStore, Page, QueueDepth, Recorded, Reprocessed, SendResult, Settled,
+    Settlement, SpiVerdict,
 };
-use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultEvent};
+use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultEvent, ResultStatus};
 use deadpool_postgres::{GenericClient, Pool};
 use tokio_postgres::types::ToSql;
 
-use super::rows::{pg_error, pool_error};
+use super::rows::pg_error;
 use super::transition::{Change, transition_sql};
 use crate::config::{ChannelId, Ispb, Settings};
+use crate::db::bounded::{self, Conn};
 
 mod insert;
 mod queries;
 mod record;
+mod settle;
 
 /// Retry and recovery policy, from `[timing]` and `[outbound]`.
 #[derive(Clone, Debug)]
@@ -32,6 +49,9 @@ pub struct OutboundPolicy {
     pub processing_timeout: Duration,
     pub unconfirmed_after: Duration,
     pub retry_after_default: Duration,
+    /// Bound on each call (`postgres.query_timeout`): one statement, or the
+    /// few of one short transaction, pool wait included.
+    pub query_timeout: Duration,
 }
 
 impl OutboundPolicy {
@@ -43,6 +63,7 @@ impl OutboundPolicy {
             processing_timeout: s.timing.processing_timeout,
             unconfirmed_after: s.outbound.unconfirmed_after,
             retry_after_default: s.outbound.retry_after_default,
+            query_timeout: s.postgres.query_timeout,
         }
     }
 }
@@ -62,13 +83,19 @@ impl PgOutboundStore {
         PgOutboundStore { pool, ispb: ispb.to_string(), policy }
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object, OutboundError> {
-        self.pool.get().await.map_err(pool_error)
+    /// Runs `op` on a pooled connection within the query timeout (cancelled on
+    /// the server past it): the only way this store reaches Postgres.
+    async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, OutboundError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = Result<T, OutboundError>>,
+    {
+        bounded::with_conn(&self.pool, self.policy.query_timeout, op).await
     }
 
     /// Runs a statement shaped by [`transition_sql`] (or the insert) on a pooled connection.
     async fn changes(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Change>, OutboundError> {
-        run_changes(&self.client().await?, sql, params).await
+        self.bounded(|conn| async move { run_changes(&*conn, sql, params).await }).await
     }
 
     async fn store_one(&self, request: OutboundRequest) -> Result<Inserted, OutboundError> {
@@ -118,6 +145,7 @@ impl OutboundStore for PgOutboundStore {
         self.expire(None, max).await
     }
 
+    /// Its sender may have posted the batch before vanishing: an attempt that may have reached the SPI.
     async fn recover_stale_claims(&self, max: u32) -> Result<Vec<ResultEvent>, OutboundError> {
         let sql = transition_sql(
             "SELECT id, status AS from_status, 'claim ' || claim || ' expired: its sender vanished' AS note
@@ -126,17 +154,25 @@ impl OutboundStore for PgOutboundStore {
              ORDER BY claimed_at LIMIT $3 FOR UPDATE SKIP LOCKED",
             &format!(
                 "attempts = attempts + 1, {}, claim = NULL, claimed_at = NULL, not_before = now(), last_error = prev.note",
-                retry_status("$4")
+                after_doubtful_attempt("$4")
             ),
         );
         let (timeout, limit, poison) = (millis(self.policy.processing_timeout), i64::from(max), self.poison());
         let changes = self.changes(&sql, &[&self.ispb, &timeout, &limit, &poison]).await?;
         metrics::counter!("cabine_outbound_claims_recovered_total").increment(changes.len() as u64);
-        Ok(changes.into_iter().filter_map(|c| c.event).collect())
+        Ok(events_counted(changes))
     }
 
     async fn confirm(&self, reference: &ConfirmRef, verdict: &SpiVerdict) -> Result<ConfirmOutcome, OutboundError> {
         self.apply_verdict(reference, verdict).await
+    }
+
+    async fn settle_in_doubt(&self, msg_id: &str, settlement: &Settlement) -> Result<Settled, OutboundError> {
+        self.settle(msg_id, settlement).await
+    }
+
+    async fn stored_body(&self, msg_id: &str) -> Result<Option<Bytes>, OutboundError> {
+        self.body(msg_id).await
     }
 
     async fn flag_unconfirmed(&self, max: u32) -> Result<Vec<String>, OutboundError> {
@@ -193,12 +229,28 @@ async fn run_changes<C: GenericClient>(
     rows.iter().map(|r| Change::from_row(r).map_err(OutboundError::Fatal)).collect()
 }
 
-/// The status after a failed (or vanished) attempt, `attempts` being the old value:
-/// dead once `poison` attempts were made since the last reprocess, timeout past
-/// the deadline, queued otherwise.
-fn retry_status(poison: &str) -> String {
+/// The status of a row that will not be sent (again) past its deadline:
+/// `timeout` only when no attempt can have reached the SPI.
+const PAST_DEADLINE: &str = "CASE WHEN maybe_stored_at IS NULL THEN 'timeout' ELSE 'in_doubt' END";
+
+/// The status after an attempt that may have reached the SPI (a failed POST, a
+/// vanished sender's claim), `attempts` being the old value: `in_doubt` past
+/// the deadline (never sent again, yet the SPI may hold it), `dead` once
+/// `poison` attempts were made since the last reprocess, `queued` otherwise;
+/// and the row remembers that it may be stored.
+fn after_doubtful_attempt(poison: &str) -> String {
     format!(
-        "status = CASE WHEN attempts + 1 - attempts_base >= {poison}::int THEN 'dead' \
-         WHEN deadline <= now() THEN 'timeout' ELSE 'queued' END"
+        "status = CASE WHEN deadline <= now() THEN 'in_doubt' \
+         WHEN attempts + 1 - attempts_base >= {poison}::int THEN 'dead' ELSE 'queued' END, \
+         maybe_stored_at = COALESCE(maybe_stored_at, now())"
     )
+}
+
+/// The events of `changes`, counting the rows that ended `timeout` or `in_doubt`.
+fn events_counted(changes: Vec<Change>) -> Vec<ResultEvent> {
+    let events: Vec<ResultEvent> = changes.into_iter().filter_map(|c| c.event).collect();
+    let ended = |s: ResultStatus| events.iter().filter(|e| e.status == s).count() as u64;
+    metrics::counter!("cabine_outbound_timeouts_total").increment(ended(ResultStatus::Timeout));
+    metrics::counter!("cabine_outbound_in_doubt_total").increment(ended(ResultStatus::InDoubt));
+    events
 }

@@ -65,7 +65,12 @@ impl OutboundAdapters {
             breaker: Arc::new(RedisBreaker::new(deps.redis.clone(), guards.clone(), &o.breaker, ScriptClock::Server)),
             bucket: Arc::new(RedisBucket::new(deps.redis.clone(), guards, &o.bucket, ScriptClock::Server)),
             ingress: Arc::new(JetStreamIngress::new(js.clone(), spec, IngressRules::from_settings(settings))),
-            results: Arc::new(JetStreamResults::new(js, subjects.results(), deps.postgres.clone())),
+            results: Arc::new(JetStreamResults::new(
+                js,
+                subjects.results(),
+                deps.postgres.clone(),
+                settings.postgres.query_timeout,
+            )),
             confirmations: Arc::new(PgConfirmations::new(
                 deps.postgres.clone(),
                 ispb,

@@ -156,7 +156,8 @@ async fn events_of(rig: &Rig, n: u32) -> Vec<ResultEvent> {
 async fn result_events_are_published_once_with_their_dedup_ids() {
     let bus = Bus::new(None).await;
     let rig = Rig::new().await;
-    let results = JetStreamResults::new(bus.js.clone(), bus.subjects.results(), rig.pool.clone());
+    let results =
+        JetStreamResults::new(bus.js.clone(), bus.subjects.results(), rig.pool.clone(), Duration::from_secs(2));
     let events = events_of(&rig, 3).await;
     assert_eq!(results.publish(&events).await.unwrap(), 3);
     assert_eq!(results.publish(&events).await.unwrap(), 3, "a republication is accepted...");
@@ -232,7 +233,8 @@ async fn a_nats_outage_loses_no_event_the_sweep_republishes_them_once() {
     let mut nats = PrivateNats::start().await;
     let bus = Bus::new(Some(&nats.url())).await;
     let rig = Rig::new().await;
-    let results = JetStreamResults::new(bus.js.clone(), bus.subjects.results(), rig.pool.clone());
+    let results =
+        JetStreamResults::new(bus.js.clone(), bus.subjects.results(), rig.pool.clone(), Duration::from_secs(2));
     let early = events_of(&rig, 2).await;
     results.publish(&early).await.unwrap();
     nats.stop();
@@ -262,7 +264,8 @@ async fn a_nats_outage_loses_no_event_the_sweep_republishes_them_once() {
 async fn the_sweep_leaves_fresh_events_to_their_publisher() {
     let bus = Bus::new(None).await;
     let rig = Rig::new().await;
-    let results = JetStreamResults::new(bus.js.clone(), bus.subjects.results(), rig.pool.clone());
+    let results =
+        JetStreamResults::new(bus.js.clone(), bus.subjects.results(), rig.pool.clone(), Duration::from_secs(2));
     events_of(&rig, 2).await;
     assert_eq!(results.sweep(Duration::from_secs(30), 100).await.unwrap(), 0, "younger than republish_after");
     assert_eq!(results.sweep(Duration::ZERO, 1).await.unwrap(), 1, "bounded");

@@ -103,3 +103,71 @@ async fn status_reports_confirm_or_reject_what_was_sent_once_and_durably() {
     assert_eq!((again.rows, again.applied.len(), again.already_final), (1, 0, 1));
     rig.drop_schema().await;
 }
+
+/// An admi.002 refusing what `reference` names (a MsgId, or the ResourceId its POST returned).
+fn admi002(reference: &str, reason: &str) -> String {
+    format!(
+        "<Envelope><AppHdr><MsgDefIdr>admi.002.spi.1.3</MsgDefIdr></AppHdr><Document><admi.002.001.01>\
+         <RltdRef><Ref>{reference}</Ref></RltdRef><Rsn><RjctgPtyRsn>{reason}</RjctgPtyRsn>\
+         <RsnDesc>refused</RsnDesc></Rsn></admi.002.001.01></Document></Envelope>"
+    )
+}
+
+#[tokio::test]
+async fn an_admi_002_naming_the_resource_id_rejects_the_message_even_before_its_201_is_recorded() {
+    let rig = Rig::new().await;
+    let (a, b) = (msg(1, Priority::Normal, minutes(5)), msg(2, Priority::Normal, minutes(5)));
+    for m in [&a, &b] {
+        rig.store.insert(m).await.unwrap();
+    }
+    let batch = rig.store.take_ready(a.channel, cabine_actors::ports::outbound::BatchSize::MAX).await.unwrap();
+    let confirmer = rig.confirmer(Duration::from_secs(5));
+    // The SPI refuses b by the ResourceId of its POST before the sender has recorded the 201.
+    rig.inbox("r1", "admi.002.spi.1.3", &admi002("R-b", "FF01")).await;
+    let early = confirmer.correlate(10).await.unwrap();
+    assert_eq!((early.rows, early.applied.len()), (1, 0));
+    assert_eq!(rig.uncorrelated().await, ["r1"], "matched nothing yet: kept for a later pass");
+    let sent = |m: &cabine_actors::ports::outbound::NewOutbound, rid: &str| {
+        (m.msg_id.clone(), SendResult::Sent { resource_id: rid.into() })
+    };
+    rig.store.record(&batch.claim, &[sent(&a, "R-a"), sent(&b, "R-b")]).await.unwrap();
+    // One naming a ResourceId already recorded applies at once.
+    rig.inbox("r2", "admi.002.spi.1.3", &admi002("R-a", "FF01")).await;
+    let now = confirmer.correlate(10).await.unwrap();
+    assert_eq!(now.applied.iter().map(|e| e.status).collect::<Vec<_>>(), [ResultStatus::RejectedBySpi]);
+    assert_eq!(rig.status(&a.msg_id).await, OutboundStatus::RejectedBySpi);
+    // The early one, retried after its pause, finds b now.
+    let mut applied = Vec::new();
+    for _ in 0..50 {
+        applied.extend(confirmer.correlate(10).await.unwrap().applied);
+        if !applied.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(applied.iter().filter_map(|e| e.msg_id.as_deref()).collect::<Vec<_>>(), [b.msg_id.as_str()]);
+    assert_eq!(rig.status(&b.msg_id).await, OutboundStatus::RejectedBySpi);
+    assert!(rig.uncorrelated().await.is_empty());
+    rig.drop_schema().await;
+}
+
+#[tokio::test]
+async fn a_report_that_never_matches_is_given_up_after_the_processing_timeout_not_at_once() {
+    let rig = Rig::new().await;
+    rig.inbox("r1", "admi.002.spi.1.3", &admi002("R-nobody", "FF01")).await;
+    let confirmer = rig.confirmer(Duration::from_secs(5));
+    let first = confirmer.correlate(10).await.unwrap();
+    assert_eq!((first.rows, first.unknown), (1, 1));
+    assert_eq!(rig.uncorrelated().await, ["r1"], "retried, not dropped");
+    let mut passes = 0;
+    while !rig.uncorrelated().await.is_empty() {
+        passes += 1;
+        assert!(passes < 100, "never given up");
+        confirmer.correlate(10).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let conn = rig.pool.get().await.unwrap();
+    let row = conn.query_one("SELECT correlate_tries, unmatched_at IS NOT NULL FROM inbox", &[]).await.unwrap();
+    assert!(row.get::<_, i32>(0) >= 2 && row.get::<_, bool>(1), "kept in the inbox, marked unmatched");
+    rig.drop_schema().await;
+}

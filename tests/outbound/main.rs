@@ -9,5 +9,6 @@ mod bucket;
 mod bus;
 mod common;
 mod confirm;
+mod doubt;
 mod outcomes;
 mod store;

@@ -38,6 +38,7 @@ pub fn policy() -> OutboundPolicy {
         processing_timeout: Duration::from_millis(500),
         unconfirmed_after: Duration::from_millis(400),
         retry_after_default: Duration::from_millis(150),
+        query_timeout: Duration::from_secs(1),
     }
 }
 

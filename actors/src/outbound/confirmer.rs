@@ -140,12 +140,15 @@ impl Confirmer {
         match result {
             Ok(done) => {
                 let confirmed = done.applied.iter().filter(|e| e.status == ResultStatus::Confirmed).count();
+                let sent = done.applied.iter().filter(|e| e.status == ResultStatus::Sent).count();
                 let figures = [
                     ("rows", done.rows),
                     ("confirmed", confirmed),
-                    ("rejected_by_spi", done.applied.len() - confirmed),
+                    ("rejected_by_spi", done.applied.len() - confirmed - sent),
                     ("already_final", done.already_final),
                     ("unknown", done.unknown),
+                    ("retried", done.retried),
+                    ("unmatched", done.unmatched),
                     ("unreadable", done.unreadable),
                 ];
                 for (key, n) in figures {

@@ -10,7 +10,7 @@ use crate::ports::outbound_bus::ResultEvent;
 /// What one correlation pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Correlated {
-    /// Inbox rows read and marked correlated.
+    /// Inbox rows read: marked correlated, or left for a later pass (`retried`).
     pub rows: usize,
     /// Verdicts that changed an outbound message: the result events to publish.
     pub applied: Vec<ResultEvent>,
@@ -18,6 +18,12 @@ pub struct Correlated {
     pub already_final: usize,
     /// References that match no outbound message of ours.
     pub unknown: usize,
+    /// Reports whose reference may still come to match (a ResourceId whose
+    /// 201 is not recorded yet): left uncorrelated for a later pass.
+    pub retried: usize,
+    /// Reports retried for the whole patience without a match: marked
+    /// correlated and unmatched (kept in the inbox), counted, logged.
+    pub unmatched: usize,
     /// Rows whose XML could not be read (kept in the inbox, marked correlated).
     pub unreadable: usize,
 }

@@ -21,11 +21,12 @@ pub enum ResultStatus {
     RejectedBySpi,
     RejectedInvalid,
     Timeout,
+    InDoubt,
     Dead,
 }
 
 impl ResultStatus {
-    pub const ALL: [ResultStatus; 8] = [
+    pub const ALL: [ResultStatus; 9] = [
         ResultStatus::Accepted,
         ResultStatus::Sent,
         ResultStatus::Confirmed,
@@ -33,6 +34,7 @@ impl ResultStatus {
         ResultStatus::RejectedBySpi,
         ResultStatus::RejectedInvalid,
         ResultStatus::Timeout,
+        ResultStatus::InDoubt,
         ResultStatus::Dead,
     ];
 
@@ -45,6 +47,7 @@ impl ResultStatus {
             ResultStatus::RejectedBySpi => "rejected_by_spi",
             ResultStatus::RejectedInvalid => "rejected_invalid",
             ResultStatus::Timeout => "timeout",
+            ResultStatus::InDoubt => "in_doubt",
             ResultStatus::Dead => "dead",
         }
     }

@@ -157,9 +157,12 @@ impl PgOutboundStore {
         let sql = format!(
             "SELECT {ROW_COLUMNS}, raw FROM outbound WHERE msg_id = ANY($1::text[]) OR ingress_ref = ANY($2::text[])"
         );
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&sql).await.map_err(|e| pg_error(&e))?;
-        let rows = client.query(&stmt, &[&msg_ids, &refs]).await.map_err(|e| pg_error(&e))?;
+        let rows = self
+            .bounded(|client| async move {
+                let stmt = client.prepare_cached(&sql).await.map_err(|e| pg_error(&e))?;
+                client.query(&stmt, &[&msg_ids, &refs]).await.map_err(|e| pg_error(&e))
+            })
+            .await?;
         rows.iter().map(|r| Ok((outbound_row(r)?, get::<Vec<u8>>(r, 17)?))).collect()
     }
 }

@@ -1,6 +1,6 @@
-//! The outbound store's reads (a row, its history, pages, depth by priority)
-//! and its two queue statements: expiry of overdue rows and the claim of a
-//! ready batch.
+//! The outbound store's reads (a row, its history, its body, pages, depth by
+//! priority) and its two queue statements: expiry of overdue rows and the
+//! claim of a ready batch.
 
 use bytes::Bytes;
 use cabine_actors::ports::outbound::{
@@ -9,7 +9,7 @@ use cabine_actors::ports::outbound::{
 };
 use cabine_actors::ports::outbound_bus::ResultEvent;
 
-use super::PgOutboundStore;
+use super::{PAST_DEADLINE, PgOutboundStore, events_counted};
 use crate::config::ChannelId;
 use crate::outbound::rows::{ROW_COLUMNS, get, history_entry, outbound_row, pg_error};
 use crate::outbound::transition::transition_sql;
@@ -39,11 +39,13 @@ impl PgOutboundStore {
         max: BatchSize,
         claim: &ClaimToken,
     ) -> Result<Vec<ReadyMessage>, OutboundError> {
-        let client = self.client().await?;
         let limit = max.get() as i64;
-        let stmt = client.prepare_cached(CLAIM_SQL).await.map_err(|e| pg_error(&e))?;
-        let rows =
-            client.query(&stmt, &[&self.ispb, &channel.as_str(), &limit, &claim.0]).await.map_err(|e| pg_error(&e))?;
+        let rows = self
+            .bounded(|client| async move {
+                let stmt = client.prepare_cached(CLAIM_SQL).await.map_err(|e| pg_error(&e))?;
+                client.query(&stmt, &[&self.ispb, &channel.as_str(), &limit, &claim.0]).await.map_err(|e| pg_error(&e))
+            })
+            .await?;
         rows.iter()
             .map(|r| {
                 let rank: i16 = get(r, 3)?;
@@ -60,18 +62,22 @@ impl PgOutboundStore {
             .collect()
     }
 
-    /// Queued rows past their deadline (of `channel`, or all) → `timeout`.
+    /// Queued rows past their deadline (of `channel`, or all) → `timeout`, or
+    /// `in_doubt` when an earlier attempt may have reached the SPI.
     pub(super) async fn expire(&self, channel: Option<ChannelId>, max: u32) -> Result<Vec<ResultEvent>, OutboundError> {
         let sql = transition_sql(
-            "SELECT id, status AS from_status, 'deadline passed before sending' AS note FROM outbound
+            "SELECT id, status AS from_status,
+                    CASE WHEN maybe_stored_at IS NULL THEN 'deadline passed before sending'
+                         ELSE 'deadline passed after an attempt that may have reached the SPI: awaiting its verdict'
+                    END AS note
+             FROM outbound
              WHERE status = 'queued' AND ispb = $1 AND ($2::text IS NULL OR channel = $2) AND deadline <= now()
              ORDER BY deadline LIMIT $3 FOR UPDATE SKIP LOCKED",
-            "status = 'timeout', last_error = prev.note",
+            &format!("status = {PAST_DEADLINE}, last_error = prev.note"),
         );
         let (channel, limit) = (channel.map(ChannelId::as_str), i64::from(max));
         let changes = self.changes(&sql, &[&self.ispb, &channel, &limit]).await?;
-        metrics::counter!("cabine_outbound_timeouts_total").increment(changes.len() as u64);
-        Ok(changes.into_iter().filter_map(|c| c.event).collect())
+        Ok(events_counted(changes))
     }
 
     pub(super) async fn row_where(&self, column: &str, value: &str) -> Result<Option<OutboundRow>, OutboundError> {
@@ -80,24 +86,41 @@ impl PgOutboundStore {
             _ => "ingress_ref",
         };
         let sql = format!("SELECT {ROW_COLUMNS} FROM outbound WHERE {column} = $1");
-        let client = self.client().await?;
-        let row = client.query_opt(&sql, &[&value]).await.map_err(|e| pg_error(&e))?;
+        let row = self
+            .bounded(|client| async move { client.query_opt(&sql, &[&value]).await.map_err(|e| pg_error(&e)) })
+            .await?;
         row.as_ref().map(outbound_row).transpose()
     }
 
     pub(super) async fn detail(&self, msg_id: &str) -> Result<Option<OutboundDetail>, OutboundError> {
         let Some(row) = self.row_where("msg_id", msg_id).await? else { return Ok(None) };
-        let client = self.client().await?;
-        let lines = client
-            .query(
-                "SELECT at, from_status, to_status, attempt, event, detail FROM outbound_history
-                 WHERE outbound_id = $1 ORDER BY id",
-                &[&row.id],
-            )
-            .await
-            .map_err(|e| pg_error(&e))?;
+        let lines = self
+            .bounded(|client| async move {
+                client
+                    .query(
+                        "SELECT at, from_status, to_status, attempt, event, detail FROM outbound_history
+                         WHERE outbound_id = $1 ORDER BY id",
+                        &[&row.id],
+                    )
+                    .await
+                    .map_err(|e| pg_error(&e))
+            })
+            .await?;
         let history = lines.iter().map(history_entry).collect::<Result<_, _>>()?;
         Ok(Some(OutboundDetail { row, history }))
+    }
+
+    /// The body stored under `msg_id`.
+    pub(super) async fn body(&self, msg_id: &str) -> Result<Option<Bytes>, OutboundError> {
+        let row = self
+            .bounded(|client| async move {
+                client
+                    .query_opt("SELECT raw FROM outbound WHERE msg_id = $1 AND ispb = $2", &[&msg_id, &self.ispb])
+                    .await
+                    .map_err(|e| pg_error(&e))
+            })
+            .await?;
+        row.map(|r| get::<Vec<u8>>(&r, 0).map(Bytes::from)).transpose()
     }
 
     pub(super) async fn page(
@@ -110,29 +133,33 @@ impl PgOutboundStore {
         let sql = format!(
             "SELECT {ROW_COLUMNS} FROM outbound WHERE status = $1 AND ispb = $2 AND id > $3 ORDER BY id LIMIT $4"
         );
-        let client = self.client().await?;
-        let rows = client
-            .query(&sql, &[&status.as_str(), &self.ispb, &after.unwrap_or(0), &limit])
-            .await
-            .map_err(|e| pg_error(&e))?;
+        let after = after.unwrap_or(0);
+        let rows = self
+            .bounded(|client| async move {
+                client.query(&sql, &[&status.as_str(), &self.ispb, &after, &limit]).await.map_err(|e| pg_error(&e))
+            })
+            .await?;
         let rows: Vec<OutboundRow> = rows.iter().map(outbound_row).collect::<Result<_, _>>()?;
         let next_after = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.id)).flatten();
         Ok(Page { rows, next_after })
     }
 
     pub(super) async fn queue_depth(&self) -> Result<QueueDepth, OutboundError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT channel, priority,
-                        count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status = 'sending'),
-                        min(created_at) FILTER (WHERE status = 'queued')
-                 FROM outbound WHERE status IN ('queued', 'sending') AND ispb = $1
-                 GROUP BY channel, priority ORDER BY channel, priority",
-                &[&self.ispb],
-            )
-            .await
-            .map_err(|e| pg_error(&e))?;
+        let rows = self
+            .bounded(|client| async move {
+                client
+                    .query(
+                        "SELECT channel, priority,
+                                count(*) FILTER (WHERE status = 'queued'), count(*) FILTER (WHERE status = 'sending'),
+                                min(created_at) FILTER (WHERE status = 'queued')
+                         FROM outbound WHERE status IN ('queued', 'sending') AND ispb = $1
+                         GROUP BY channel, priority ORDER BY channel, priority",
+                        &[&self.ispb],
+                    )
+                    .await
+                    .map_err(|e| pg_error(&e))
+            })
+            .await?;
         let lines = rows
             .iter()
             .map(|r| {

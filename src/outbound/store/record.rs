@@ -2,8 +2,14 @@
 //!
 //! Outcomes other than `Sent` apply only while the row is still `sending`
 //! under the caller's claim: a claim recovered meanwhile makes them stale. A
-//! `Sent` applies to any `queued`/`sending` row, because a 201 is a fact: the
-//! message is stored at ICOM and must not be sent again.
+//! `Sent` applies to any `queued`/`sending`/`in_doubt` row, because a 201 is a
+//! fact: the message is stored at ICOM and must not be sent again.
+//!
+//! A failure (5xx, timeout, transport) may have been stored: the row remembers
+//! it (`maybe_stored_at`) and is `in_doubt` once past its deadline. A definite
+//! refusal (4xx) of a row that may already be stored is `in_doubt` too, not
+//! `rejected`; a 429 or a put-back past the deadline is `timeout` only when no
+//! earlier attempt may have reached the SPI.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -14,8 +20,8 @@ use cabine_actors::ports::outbound::{
 use cabine_actors::ports::outbound_bus::ResultEvent;
 use deadpool_postgres::GenericClient;
 
-use super::{PgOutboundStore, millis, retry_status, run_changes};
-use crate::outbound::rows::{pg_error, pool_error};
+use super::{PAST_DEADLINE, PgOutboundStore, after_doubtful_attempt, events_counted, millis, run_changes};
+use crate::outbound::rows::pg_error;
 use crate::outbound::transition::{Change, transition_sql};
 
 /// The rows of claim `$4` named in `$1` (MsgIds), with `$2` as each one's note.
@@ -73,57 +79,86 @@ impl PgOutboundStore {
         outcomes: &[(String, SendResult)],
     ) -> Result<Recorded, OutboundError> {
         let g = Grouped::of(outcomes, self.policy.retry_after_default);
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
-        let mut changes = Vec::new();
-        if !g.sent.0.is_empty() {
-            let sql = transition_sql(
-                "SELECT o.id, o.status AS from_status, r.rid AS note
-                 FROM outbound o JOIN unnest($1::text[], $2::text[]) AS r(msg_id, rid) ON o.msg_id = r.msg_id
-                 WHERE o.ispb = $3 AND o.status IN ('queued', 'sending') FOR UPDATE OF o",
-                "status = 'sent', attempts = attempts + 1, resource_ids = resource_ids || prev.note, sent_at = now(),
-                 claim = NULL, claimed_at = NULL, last_error = NULL",
-            );
-            changes.extend(run_changes(&tx, &sql, &[&g.sent.0, &g.sent.1, &self.ispb]).await?);
-            // Rows a verdict finished before this 201 was recorded still get their ResourceIds.
-            tx.execute(
-                "UPDATE outbound o SET resource_ids = o.resource_ids || r.rid
-                 FROM unnest($1::text[], $2::text[]) AS r(msg_id, rid)
-                 WHERE o.msg_id = r.msg_id AND o.ispb = $3 AND o.status IN ('sent', 'confirmed', 'rejected_by_spi')
-                   AND NOT (o.resource_ids @> ARRAY[r.rid])",
-                &[&g.sent.0, &g.sent.1, &self.ispb],
-            )
-            .await
-            .map_err(|e| pg_error(&e))?;
-        }
-        if !g.rejected.0.is_empty() {
-            let sql = transition_sql(
-                PICK_CLAIMED,
-                "status = 'rejected', attempts = attempts + 1, claim = NULL, claimed_at = NULL, last_error = prev.note",
-            );
-            changes.extend(run_changes(&tx, &sql, &[&g.rejected.0, &g.rejected.1, &self.ispb, &claim.0]).await?);
-        }
-        if !g.failed.0.is_empty() {
-            changes.extend(self.record_failed(&tx, claim, &g.failed).await?);
-        }
-        if !g.waiting.0.is_empty() {
-            let sql = transition_sql(
-                "SELECT o.id, o.status AS from_status, r.note AS note, r.wait_ms AS wait_ms
-                 FROM outbound o JOIN unnest($1::text[], $2::text[], $5::bigint[]) AS r(msg_id, note, wait_ms)
-                   ON o.msg_id = r.msg_id
-                 WHERE o.ispb = $3 AND o.status = 'sending' AND o.claim = $4 FOR UPDATE OF o",
-                "status = CASE WHEN deadline <= now() THEN 'timeout' ELSE 'queued' END, claim = NULL, claimed_at = NULL,
-                 not_before = now() + prev.wait_ms * interval '1 millisecond', last_error = prev.note",
-            );
-            let (ids, notes, waits) = &g.waiting;
-            changes.extend(run_changes(&tx, &sql, &[ids, notes, &self.ispb, &claim.0, waits]).await?);
-        }
-        tx.commit().await.map_err(|e| pg_error(&e))?;
+        let changes = self
+            .bounded(|mut client| async move {
+                let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
+                let mut changes = Vec::new();
+                if !g.sent.0.is_empty() {
+                    changes.extend(self.record_sent(&tx, &g.sent).await?);
+                }
+                if !g.rejected.0.is_empty() {
+                    let sql = transition_sql(
+                        PICK_CLAIMED,
+                        "status = CASE WHEN maybe_stored_at IS NULL THEN 'rejected' ELSE 'in_doubt' END,
+                         attempts = attempts + 1, claim = NULL, claimed_at = NULL, last_error = prev.note",
+                    );
+                    let (ids, notes) = &g.rejected;
+                    changes.extend(run_changes(&tx, &sql, &[ids, notes, &self.ispb, &claim.0]).await?);
+                }
+                if !g.failed.0.is_empty() {
+                    changes.extend(self.record_failed(&tx, claim, &g.failed).await?);
+                }
+                if !g.waiting.0.is_empty() {
+                    changes.extend(self.record_waiting(&tx, claim, &g.waiting).await?);
+                }
+                tx.commit().await.map_err(|e| pg_error(&e))?;
+                Ok(changes)
+            })
+            .await?;
         Ok(recorded(outcomes, changes))
     }
 
-    /// 5xx / timeout / transport: an attempt; backoff with full jitter
-    /// (`random() x min(max, base x 2^n)`), dead after `poison_attempts`.
+    /// 201s: `sent` (from any row not sent yet, an in-doubt one included); rows a
+    /// verdict finished before this 201 was recorded still get their ResourceIds.
+    async fn record_sent<C: GenericClient>(
+        &self,
+        tx: &C,
+        sent: &(Vec<String>, Vec<String>),
+    ) -> Result<Vec<Change>, OutboundError> {
+        let sql = transition_sql(
+            "SELECT o.id, o.status AS from_status, r.rid AS note
+             FROM outbound o JOIN unnest($1::text[], $2::text[]) AS r(msg_id, rid) ON o.msg_id = r.msg_id
+             WHERE o.ispb = $3 AND o.status IN ('queued', 'sending', 'in_doubt') FOR UPDATE OF o",
+            "status = 'sent', attempts = attempts + 1, resource_ids = resource_ids || prev.note, sent_at = now(),
+             claim = NULL, claimed_at = NULL, last_error = NULL",
+        );
+        let changes = run_changes(tx, &sql, &[&sent.0, &sent.1, &self.ispb]).await?;
+        tx.execute(
+            "UPDATE outbound o SET resource_ids = o.resource_ids || r.rid
+             FROM unnest($1::text[], $2::text[]) AS r(msg_id, rid)
+             WHERE o.msg_id = r.msg_id AND o.ispb = $3 AND o.status IN ('sent', 'confirmed', 'rejected_by_spi')
+               AND NOT (o.resource_ids @> ARRAY[r.rid])",
+            &[&sent.0, &sent.1, &self.ispb],
+        )
+        .await
+        .map_err(|e| pg_error(&e))?;
+        Ok(changes)
+    }
+
+    /// 429s and rows put back unsent: no attempt; past the deadline `timeout`,
+    /// or `in_doubt` when an earlier attempt may have reached the SPI.
+    async fn record_waiting<C: GenericClient>(
+        &self,
+        tx: &C,
+        claim: &ClaimToken,
+        (ids, notes, waits): &(Vec<String>, Vec<String>, Vec<i64>),
+    ) -> Result<Vec<Change>, OutboundError> {
+        let sql = transition_sql(
+            "SELECT o.id, o.status AS from_status, r.note AS note, r.wait_ms AS wait_ms
+             FROM outbound o JOIN unnest($1::text[], $2::text[], $5::bigint[]) AS r(msg_id, note, wait_ms)
+               ON o.msg_id = r.msg_id
+             WHERE o.ispb = $3 AND o.status = 'sending' AND o.claim = $4 FOR UPDATE OF o",
+            &format!(
+                "status = CASE WHEN deadline <= now() THEN {PAST_DEADLINE} ELSE 'queued' END, claim = NULL,
+                 claimed_at = NULL, not_before = now() + prev.wait_ms * interval '1 millisecond', last_error = prev.note"
+            ),
+        );
+        run_changes(tx, &sql, &[ids, notes, &self.ispb, &claim.0, waits]).await
+    }
+
+    /// 5xx / timeout / transport: an attempt that may have reached the SPI;
+    /// backoff with full jitter (`random() x min(max, base x 2^n)`), dead after
+    /// `poison_attempts`, `in_doubt` past the deadline.
     async fn record_failed<C: GenericClient>(
         &self,
         tx: &C,
@@ -134,7 +169,7 @@ impl PgOutboundStore {
             "attempts = attempts + 1, {}, claim = NULL, claimed_at = NULL, last_error = prev.note,
              not_before = now() + random() * LEAST($6::float8, $5::float8 * power(2, LEAST(attempts - attempts_base, 30)))
                                  * interval '1 millisecond'",
-            retry_status("$7")
+            after_doubtful_attempt("$7")
         );
         let sql = transition_sql(PICK_CLAIMED, &set);
         let (base, max) = (millis(self.policy.backoff_base) as f64, millis(self.policy.backoff_max) as f64);
@@ -147,8 +182,7 @@ impl PgOutboundStore {
         reference: &ConfirmRef,
         verdict: &SpiVerdict,
     ) -> Result<ConfirmOutcome, OutboundError> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        self.verdict_on(&client, reference, verdict).await
+        self.bounded(|client| async move { self.verdict_on(&*client, reference, verdict).await }).await
     }
 
     /// Applies the SPI's verdict on `client` (a pooled connection or the confirmer's transaction).
@@ -161,13 +195,16 @@ impl PgOutboundStore {
         let (matches, key) = match reference {
             ConfirmRef::MsgId(m) => ("msg_id = $1", m),
             ConfirmRef::EndToEndId(e) => ("end_to_end_ids @> ARRAY[$1::text]", e),
+            ConfirmRef::Related(r) => ("(msg_id = $1 OR resource_ids @> ARRAY[$1::text])", r),
         };
         let (status, note) = match verdict {
             SpiVerdict::Confirmed => ("confirmed", None),
             SpiVerdict::Rejected { reason } => ("rejected_by_spi", Some(reason.as_str())),
         };
-        // Rows a send was recorded for (or that gave up: timeout, dead, rejected) take the verdict at
-        // once; a row still queued or sending is first made `sent` (the rarer case: one more statement).
+        // Rows a send was recorded for (or that gave up: in_doubt, timeout, dead, rejected) take the
+        // verdict at once (an in-doubt row's first doubtful attempt becomes its `sent_at`: the verdict
+        // proves it was stored); a row still queued or sending is first made `sent` (the rarer case:
+        // one more statement).
         let sql = transition_sql(
             &format!(
                 "SELECT id, status AS from_status, $3::text AS note FROM outbound
@@ -175,7 +212,8 @@ impl PgOutboundStore {
                    AND status NOT IN ('confirmed', 'rejected_by_spi', 'rejected_invalid', 'queued', 'sending')
                  FOR UPDATE"
             ),
-            "status = $4, confirmed_at = now(), claim = NULL, claimed_at = NULL, last_error = prev.note",
+            "status = $4, confirmed_at = now(), sent_at = COALESCE(sent_at, maybe_stored_at), claim = NULL,
+             claimed_at = NULL, last_error = prev.note",
         );
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [key, &self.ispb, &note, &status];
         let mut events = Vec::new();
@@ -235,6 +273,6 @@ fn recorded(outcomes: &[(String, SendResult)], changes: Vec<Change>) -> Recorded
     if !stale.is_empty() {
         metrics::counter!("cabine_outbound_stale_outcomes_total").increment(stale.len() as u64);
     }
-    let events = changes.into_iter().filter_map(|c| c.event).collect();
+    let events = events_counted(changes);
     Recorded { events, stale }
 }

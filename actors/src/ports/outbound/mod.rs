@@ -2,7 +2,8 @@
 //!
 //! A message is accepted once per MsgId (invariant 3), taken in batches of one
 //! channel by priority then deadline with a claim token, and moved through
-//! `queued → sending → sent → confirmed` (or a final failure). Every change is
+//! `queued → sending → sent → confirmed` (or a final failure; `in_doubt` when
+//! it is no longer sent yet may have reached the SPI). Every change is
 //! written to a history; the changes the bank's core cares about come back as
 //! [`ResultEvent`]s that the caller hands to the results publisher.
 
@@ -130,10 +131,23 @@ pub enum Inserted {
 /// How an inbound status report points at the outbound message it is about.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ConfirmRef {
-    /// admi.002 `RltdRef/Ref`, pacs.002 `OrgnlMsgId`.
+    /// pacs.002 `OrgnlGrpInfAndSts/OrgnlMsgId`.
     MsgId(String),
     /// pacs.002 `TxInfAndSts/OrgnlEndToEndId`.
     EndToEndId(String),
+    /// admi.002 `RltdRef/Ref`: the refused message's MsgId, or the ResourceId
+    /// its POST was given (what the 201 returned; some SPI implementations
+    /// name that). A ResourceId is known only once the 201 is recorded.
+    Related(String),
+}
+
+impl ConfirmRef {
+    /// Whether a reference that matches nothing now may match later: a
+    /// ResourceId appears only when its sender records the 201, so a report
+    /// can overtake it. MsgIds and EndToEndIds are stored before any send.
+    pub fn may_match_later(&self) -> bool {
+        matches!(self, ConfirmRef::Related(_))
+    }
 }
 
 /// The SPI's verdict on a sent message.
@@ -153,6 +167,25 @@ pub enum ConfirmOutcome {
     AlreadyFinal(OutboundStatus),
     /// No outbound message carries that reference.
     Unknown,
+}
+
+/// What the Reconciler learnt about an `in_doubt` message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// The SPI holds it: its verdict, as a pacs.002 / admi.002 would have brought it.
+    Stored(SpiVerdict),
+    /// The SPI never stored it (its records show no such MsgId): `timeout`,
+    /// so the core may pay again under a new MsgId.
+    NotStored { evidence: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Settled; the result event to publish.
+    Done(ResultEvent),
+    NotFound,
+    /// Not `in_doubt` (any more): unchanged.
+    NotInDoubt(OutboundStatus),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -242,11 +275,22 @@ pub trait OutboundStore: Send + Sync + 'static {
     async fn record(&self, claim: &ClaimToken, outcomes: &[(String, SendResult)]) -> Result<Recorded, OutboundError>;
     /// Queued rows past their deadline (any channel) → `timeout`; at most `max`.
     async fn expire_overdue(&self, max: u32) -> Result<Vec<ResultEvent>, OutboundError>;
-    /// Claims older than the processing timeout (a vanished sender) → back to
-    /// `queued`, counting an attempt (dead/timeout when due); at most `max`.
+    /// Claims older than the processing timeout (a vanished sender, which may
+    /// have posted them) → back to `queued`, counting an attempt that may have
+    /// reached the SPI (`in_doubt` past the deadline, `dead` when due); at most `max`.
     async fn recover_stale_claims(&self, max: u32) -> Result<Vec<ResultEvent>, OutboundError>;
-    /// Applies the SPI's verdict to the message `reference` points at.
+    /// Applies the SPI's verdict to the message `reference` points at (an
+    /// `in_doubt` one included).
     async fn confirm(&self, reference: &ConfirmRef, verdict: &SpiVerdict) -> Result<ConfirmOutcome, OutboundError>;
+    /// The Reconciler's work list: `in_doubt` rows, oldest first, paged as [`OutboundStore::list`].
+    async fn in_doubt(&self, after: Option<i64>, limit: u32) -> Result<Page, OutboundError> {
+        self.list(OutboundStatus::InDoubt, after, limit).await
+    }
+    /// The Reconciler's verdict on one `in_doubt` row: `confirmed` /
+    /// `rejected_by_spi` when the SPI holds it, `timeout` when it never did.
+    async fn settle_in_doubt(&self, msg_id: &str, settlement: &Settlement) -> Result<Settled, OutboundError>;
+    /// The body stored under `msg_id` (a resubmission is compared with it).
+    async fn stored_body(&self, msg_id: &str) -> Result<Option<Bytes>, OutboundError>;
     /// Flags `sent` rows without confirmation after the configured delay; returns their MsgIds.
     async fn flag_unconfirmed(&self, max: u32) -> Result<Vec<String>, OutboundError>;
     /// `dead` / `rejected` → `queued` again, same MsgId.

@@ -10,12 +10,15 @@ use crate::ports::outbound_bus::ResultEvent;
 pub enum SendResult {
     /// 201: stored by ICOM under this ResourceId.
     Sent { resource_id: String },
-    /// A permanent 4xx (400/403/404/411/413/415…): not stored, never retried.
+    /// A permanent 4xx (400/403/404/411/413/415…): this POST was not stored;
+    /// never retried. `rejected`, or `in_doubt` when an earlier attempt may
+    /// have stored the message.
     Rejected { status: u16, reason: String },
     /// 429: back to the queue after `retry_after`, not counted as an attempt.
     RateLimited { retry_after: Option<Duration> },
     /// 5xx, timeout, transport: maybe stored; resend the same MsgId after a backoff
-    /// with full jitter; `dead` after `poison_attempts`.
+    /// with full jitter; `dead` after `poison_attempts`; past the deadline the
+    /// row is `in_doubt`, never `timeout` (the SPI may hold it).
     Failed { reason: String },
     /// Never sent (no lease, no tokens, breaker open, stopping): back to the queue
     /// after `retry_after`, not an attempt.

@@ -128,14 +128,19 @@ pub enum OutboundStatus {
     RejectedBySpi,
     /// The request could not be read (no MsgId, bad headers, malformed XML): kept, never sent.
     RejectedInvalid,
-    /// Its deadline passed before it was sent; never sent afterwards.
+    /// Its deadline passed and no attempt can have reached the SPI (never
+    /// posted, or refused for sure): never sent afterwards.
     Timeout,
+    /// No longer sent, yet an attempt may have reached the SPI (5xx, timeout,
+    /// transport error, a claim recovered after a crash mid-send): it waits for
+    /// the SPI's verdict or the Reconciler; never sent again by itself.
+    InDoubt,
     /// Poison: `poison_attempts` failed sends.
     Dead,
 }
 
 impl OutboundStatus {
-    pub const ALL: [OutboundStatus; 9] = [
+    pub const ALL: [OutboundStatus; 10] = [
         OutboundStatus::Queued,
         OutboundStatus::Sending,
         OutboundStatus::Sent,
@@ -144,6 +149,7 @@ impl OutboundStatus {
         OutboundStatus::RejectedBySpi,
         OutboundStatus::RejectedInvalid,
         OutboundStatus::Timeout,
+        OutboundStatus::InDoubt,
         OutboundStatus::Dead,
     ];
 
@@ -157,6 +163,7 @@ impl OutboundStatus {
             OutboundStatus::RejectedBySpi => "rejected_by_spi",
             OutboundStatus::RejectedInvalid => "rejected_invalid",
             OutboundStatus::Timeout => "timeout",
+            OutboundStatus::InDoubt => "in_doubt",
             OutboundStatus::Dead => "dead",
         }
     }

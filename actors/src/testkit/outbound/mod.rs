@@ -4,7 +4,9 @@
 //! never claimed, a claimed row never expires), outcomes applied only under
 //! the caller's claim (a 201 always: it is a fact), attempts, poison, backoff
 //! with full jitter, 429 and not-sent waits that are not attempts, recovery of
-//! stale claims, verdicts, and a history whose event lines are the outbox.
+//! stale claims, `in_doubt` past the deadline after an attempt that may have
+//! reached the SPI, verdicts and settlements, and a history whose event lines
+//! are the outbox.
 //! Wall time comes from a clock that follows tokio's (paused) time.
 
 mod reads;
@@ -14,6 +16,8 @@ mod table;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
+
 pub use table::{HistoryLine, StoreAudit, StoredRow};
 
 use table::Table;
@@ -22,7 +26,7 @@ use crate::domain::ChannelId;
 use crate::ports::outbound::{
     Batch, BatchSize, ClaimToken, ConfirmOutcome, ConfirmRef, Inserted, InvalidOutbound, NewOutbound, OutboundDetail,
     OutboundError, OutboundStatus, OutboundStore, Page, Priority, QueueDepth, Recorded, Reprocessed, SendResult,
-    SpiVerdict,
+    Settled, Settlement, SpiVerdict,
 };
 use crate::ports::outbound_bus::{OutboundRequest, ResultEvent};
 use crate::slot::schedule::WallClock;
@@ -213,7 +217,8 @@ impl FakeOutboundStore {
         self.insert_row(t, row)
     }
 
-    /// Queued rows past their deadline (of `channel`, or all) → `timeout`.
+    /// Queued rows past their deadline (of `channel`, or all) → `timeout`, or
+    /// `in_doubt` when an earlier attempt may have reached the SPI.
     fn expire(&self, t: &mut Table, channel: Option<ChannelId>, max: u32) -> Vec<ResultEvent> {
         let now = self.now();
         let due = t.pick(
@@ -221,12 +226,15 @@ impl FakeOutboundStore {
             |r| r.deadline,
             max as usize,
         );
-        let note = Some("deadline passed before sending".to_owned());
         due.into_iter()
             .filter_map(|i| {
+                let note = Some(match t.rows[i].maybe_stored_at {
+                    None => "deadline passed before sending".to_owned(),
+                    Some(_) => "deadline passed after an attempt that may have reached the SPI".to_owned(),
+                });
                 t.change(i, now, note.clone(), |r| {
-                    r.status = OutboundStatus::Timeout;
-                    r.last_error = note.clone();
+                    r.status = r.past_deadline();
+                    r.last_error = note;
                 })
             })
             .collect()
@@ -257,6 +265,7 @@ impl FakeOutboundStore {
             sent_at: None,
             confirmed_at: None,
             unconfirmed_since: None,
+            maybe_stored_at: None,
         }
     }
 }
@@ -308,6 +317,16 @@ impl OutboundStore for FakeOutboundStore {
     async fn confirm(&self, reference: &ConfirmRef, verdict: &SpiVerdict) -> Result<ConfirmOutcome, OutboundError> {
         let mut t = self.open()?;
         Ok(record::confirm(&mut t, self.now(), reference, verdict))
+    }
+
+    async fn settle_in_doubt(&self, msg_id: &str, settlement: &Settlement) -> Result<Settled, OutboundError> {
+        let mut t = self.open()?;
+        Ok(record::settle(&mut t, self.now(), msg_id, settlement))
+    }
+
+    async fn stored_body(&self, msg_id: &str) -> Result<Option<Bytes>, OutboundError> {
+        let t = self.open()?;
+        Ok(t.by_msg_id.get(msg_id).map(|i| t.rows[*i].raw.clone()))
     }
 
     async fn flag_unconfirmed(&self, max: u32) -> Result<Vec<String>, OutboundError> {

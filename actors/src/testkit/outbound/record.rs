@@ -1,16 +1,18 @@
 //! The fake store's outcome rules, as the Postgres statements apply them:
-//! a 201 moves any queued/sending row to `sent`; every other outcome applies
-//! only while the row is `sending` under the caller's claim (else it is
-//! stale); failures count an attempt and back off `random × min(max, base × 2ⁿ)`,
-//! `dead` after the poison count, `timeout` past the deadline; 429s and
-//! not-sent rows wait without counting an attempt.
+//! a 201 moves any queued/sending/in-doubt row to `sent`; every other outcome
+//! applies only while the row is `sending` under the caller's claim (else it
+//! is stale); failures count an attempt that may have reached the SPI and back
+//! off `random × min(max, base × 2ⁿ)`, `in_doubt` past the deadline, `dead`
+//! after the poison count; a 4xx after such an attempt is `in_doubt`, not
+//! `rejected`; 429s and not-sent rows wait without counting an attempt
+//! (`timeout` past the deadline only when nothing may have reached the SPI).
 
 use std::time::{Duration, SystemTime};
 
 use super::FakeOutboundPolicy;
 use super::table::{StoredRow, Table};
 use crate::ports::outbound::{
-    ClaimToken, ConfirmOutcome, ConfirmRef, OutboundStatus, Recorded, SendResult, SpiVerdict,
+    ClaimToken, ConfirmOutcome, ConfirmRef, OutboundStatus, Recorded, SendResult, Settled, Settlement, SpiVerdict,
 };
 use crate::ports::outbound_bus::ResultEvent;
 
@@ -30,7 +32,9 @@ pub fn apply(
         let row = &t.rows[idx];
         let ours = row.status == OutboundStatus::Sending && row.claim.as_deref() == Some(claim.0.as_str());
         let applies = match result {
-            SendResult::Sent { .. } => matches!(row.status, OutboundStatus::Queued | OutboundStatus::Sending),
+            SendResult::Sent { .. } => {
+                matches!(row.status, OutboundStatus::Queued | OutboundStatus::Sending | OutboundStatus::InDoubt)
+            }
             _ => ours,
         };
         if !applies {
@@ -66,7 +70,9 @@ fn outcome_change(policy: &FakeOutboundPolicy, now: SystemTime, result: &SendRes
             (
                 note,
                 Box::new(move |r: &mut StoredRow| {
-                    (r.status, r.last_error) = (OutboundStatus::Rejected, Some(last));
+                    let status =
+                        if r.maybe_stored_at.is_some() { OutboundStatus::InDoubt } else { OutboundStatus::Rejected };
+                    (r.status, r.last_error) = (status, Some(last));
                     r.attempts += 1;
                     unclaim(r);
                 }),
@@ -79,8 +85,7 @@ fn outcome_change(policy: &FakeOutboundPolicy, now: SystemTime, result: &SendRes
                 reason,
                 Box::new(move |r: &mut StoredRow| {
                     let delay = backoff(&policy, r.attempts - r.attempts_base);
-                    r.status = retry_status(r, &policy, now);
-                    r.attempts += 1;
+                    after_doubtful_attempt(r, &policy, now);
                     (r.not_before, r.last_error) = (now + delay, Some(last));
                     unclaim(r);
                 }),
@@ -99,7 +104,7 @@ fn waiting(now: SystemTime, wait: Duration, note: String) -> (String, Change) {
     (
         note,
         Box::new(move |r: &mut StoredRow| {
-            r.status = if r.deadline <= now { OutboundStatus::Timeout } else { OutboundStatus::Queued };
+            r.status = if r.deadline <= now { r.past_deadline() } else { OutboundStatus::Queued };
             (r.not_before, r.last_error) = (now + wait, Some(last));
             unclaim(r);
         }),
@@ -110,15 +115,19 @@ fn unclaim(r: &mut StoredRow) {
     (r.claim, r.claimed_at) = (None, None);
 }
 
-/// After a failed (or vanished) attempt, `attempts` being the old value.
-fn retry_status(r: &StoredRow, policy: &FakeOutboundPolicy, now: SystemTime) -> OutboundStatus {
-    if r.attempts + 1 - r.attempts_base >= policy.poison_attempts {
+/// After an attempt that may have reached the SPI (a failure, a vanished
+/// sender): counted, remembered, and `in_doubt` past the deadline, `dead` at
+/// the poison count, `queued` otherwise.
+fn after_doubtful_attempt(r: &mut StoredRow, policy: &FakeOutboundPolicy, now: SystemTime) {
+    r.status = if r.deadline <= now {
+        OutboundStatus::InDoubt
+    } else if r.attempts + 1 - r.attempts_base >= policy.poison_attempts {
         OutboundStatus::Dead
-    } else if r.deadline <= now {
-        OutboundStatus::Timeout
     } else {
         OutboundStatus::Queued
-    }
+    };
+    r.attempts += 1;
+    r.maybe_stored_at = r.maybe_stored_at.or(Some(now));
 }
 
 /// Full jitter: uniform in `[0, min(max, base × 2ⁿ)]`.
@@ -140,8 +149,7 @@ pub fn recover(t: &mut Table, policy: &FakeOutboundPolicy, now: SystemTime, max:
             let note = format!("claim {} expired: its sender vanished", t.rows[i].claim.clone().unwrap_or_default());
             let last = note.clone();
             t.change(i, now, Some(note), |r| {
-                r.status = retry_status(r, policy, now);
-                r.attempts += 1;
+                after_doubtful_attempt(r, policy, now);
                 (r.not_before, r.last_error) = (now, Some(last));
                 unclaim(r);
             })
@@ -153,6 +161,9 @@ pub fn confirm(t: &mut Table, now: SystemTime, reference: &ConfirmRef, verdict: 
     let found = match reference {
         ConfirmRef::MsgId(m) => t.by_msg_id.get(m).copied(),
         ConfirmRef::EndToEndId(e) => t.rows.iter().position(|r| r.end_to_end_ids.contains(e)),
+        ConfirmRef::Related(x) => {
+            t.by_msg_id.get(x).copied().or_else(|| t.rows.iter().position(|r| r.resource_ids.contains(x)))
+        }
     };
     let Some(idx) = found else { return ConfirmOutcome::Unknown };
     let status = t.rows[idx].status;
@@ -165,10 +176,37 @@ pub fn confirm(t: &mut Table, now: SystemTime, reference: &ConfirmRef, verdict: 
     };
     let event = t.change(idx, now, note.clone(), |r| {
         (r.status, r.confirmed_at, r.last_error) = (to, Some(now), note);
+        r.sent_at = r.sent_at.or(r.maybe_stored_at);
         unclaim(r);
     });
     match event {
         Some(event) => ConfirmOutcome::Applied(vec![event]),
         None => ConfirmOutcome::AlreadyFinal(status),
     }
+}
+
+/// The Reconciler's verdict on an `in_doubt` row; any other row is left alone.
+pub fn settle(t: &mut Table, now: SystemTime, msg_id: &str, settlement: &Settlement) -> Settled {
+    let Some(idx) = t.by_msg_id.get(msg_id).copied() else { return Settled::NotFound };
+    let status = t.rows[idx].status;
+    if status != OutboundStatus::InDoubt {
+        return Settled::NotInDoubt(status);
+    }
+    let (to, note) = match settlement {
+        Settlement::Stored(SpiVerdict::Confirmed) => (OutboundStatus::Confirmed, "reconciled: accepted".to_owned()),
+        Settlement::Stored(SpiVerdict::Rejected { reason }) => {
+            (OutboundStatus::RejectedBySpi, format!("reconciled: {reason}"))
+        }
+        Settlement::NotStored { evidence } => {
+            (OutboundStatus::Timeout, format!("reconciled: never stored ({evidence})"))
+        }
+    };
+    let event = t.change(idx, now, Some(note.clone()), |r| {
+        (r.status, r.last_error) = (to, Some(note));
+        if to != OutboundStatus::Timeout {
+            r.confirmed_at = Some(now);
+            r.sent_at = r.sent_at.or(r.maybe_stored_at);
+        }
+    });
+    event.map_or(Settled::NotInDoubt(status), Settled::Done)
 }

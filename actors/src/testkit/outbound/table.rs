@@ -1,7 +1,7 @@
 //! The fake outbound table: rows, their history (the outbox) and the one
 //! transition helper every change goes through, with the event rule of the
 //! Postgres store (entering `sending` or going back to `queued` after a try is
-//! internal; `queued` after a reprocess is `accepted`).
+//! internal; `queued` after a reprocess is `accepted`; `in_doubt` is an event).
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -37,9 +37,16 @@ pub struct StoredRow {
     pub sent_at: Option<SystemTime>,
     pub confirmed_at: Option<SystemTime>,
     pub unconfirmed_since: Option<SystemTime>,
+    /// The first attempt that may have reached the SPI (a failure, a vanished sender's claim).
+    pub maybe_stored_at: Option<SystemTime>,
 }
 
 impl StoredRow {
+    /// Not sent (again) past its deadline: `timeout` only when no attempt may have reached the SPI.
+    pub fn past_deadline(&self) -> OutboundStatus {
+        if self.maybe_stored_at.is_some() { OutboundStatus::InDoubt } else { OutboundStatus::Timeout }
+    }
+
     pub fn view(&self) -> OutboundRow {
         OutboundRow {
             id: self.id,
@@ -126,6 +133,7 @@ pub fn event_of(from: Option<OutboundStatus>, to: OutboundStatus) -> Option<Resu
         S::RejectedBySpi => ResultStatus::RejectedBySpi,
         S::RejectedInvalid => ResultStatus::RejectedInvalid,
         S::Timeout => ResultStatus::Timeout,
+        S::InDoubt => ResultStatus::InDoubt,
         S::Dead => ResultStatus::Dead,
     })
 }

@@ -1,5 +1,6 @@
 //! Failures: the shared breaker (open → rows wait, nothing sent; 4xx never
-//! trips it), 429 with Retry-After, poison messages, deadlines while open.
+//! trips it), 429 with Retry-After, poison messages, deadlines while open, and
+//! rows in doubt (posted with an unknown outcome, then past their deadline).
 
 use cabine_actors::ports::SendReply;
 use cabine_actors::ports::breaker::{BreakerState, CircuitBreaker};
@@ -114,6 +115,30 @@ async fn a_deadline_passing_while_the_breaker_is_open_times_out_and_is_never_sen
     assert_eq!(status(&world, &saque), Some(S::Timeout));
     assert_eq!(world.results.statuses(&saque), vec![ResultStatus::Accepted, ResultStatus::Timeout]);
     assert!(detail(&tree, "outbound-janitor", "expired") >= 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_row_whose_posts_may_have_been_stored_is_in_doubt_at_its_deadline_until_the_spi_decides() {
+    let world = world(1, |s| s.outbound.policy.poison_attempts = 100);
+    world.icom_out.poison("D1", 503);
+    let tree = start_pod(&world, "pod-a", one_per_post(outbound_config(1))).await;
+    eventually("leader elected", ms(3000), || state_of(&tree, "leader") == "leading").await;
+    publish(&world, &["D1".into()], Priority::Critical, 2);
+    eventually("in doubt", ms(6000), || status(&world, "D1") == Some(S::InDoubt)).await;
+    let posts = world.icom_out.audit(CPM).posts;
+    assert!(posts >= 1, "it was posted, and a 503 may have stored it");
+    assert_eq!(world.results.statuses("D1"), vec![ResultStatus::Accepted, ResultStatus::InDoubt], "not timeout");
+    world.icom_out.clear_faults();
+    tokio::time::sleep(ms(3000)).await;
+    assert_eq!(world.icom_out.audit(CPM).posts, posts, "never sent again by itself");
+    assert_eq!(status(&world, "D1"), Some(S::InDoubt));
+    // The SPI had stored a copy after all: its pacs.002 settles it.
+    eventually("slot polling", ms(3000), || state_of(&tree, "slot/cpm/1") == "polling").await;
+    world.icom.inject(CPM, [cabine_actors::testkit::status_report("r1", "ED1", true)]);
+    eventually("confirmed", ms(3000), || status(&world, "D1") == Some(S::Confirmed)).await;
+    let heard = world.results.statuses("D1");
+    assert_eq!(heard, vec![ResultStatus::Accepted, ResultStatus::InDoubt, ResultStatus::Confirmed]);
     tree.shutdown().await;
 }
 
