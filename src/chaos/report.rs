@@ -83,6 +83,8 @@ pub struct ChaosReport {
     pub settle_ms: u64,
     pub inject_errors: u64,
     pub publish_errors: u64,
+    /// Outbound bodies never PubAcked by the end of the traffic (not counted as published).
+    pub outbound_unacked: usize,
     pub elapsed_s: f64,
 }
 
@@ -134,6 +136,7 @@ impl ChaosReport {
             settle_ms: facts.settle_ms,
             inject_errors: facts.inject_errors,
             publish_errors: facts.publish_errors,
+            outbound_unacked: facts.unpublished_at_stop,
             elapsed_s: (facts.elapsed_s * 10.0).round() / 10.0,
         }
     }

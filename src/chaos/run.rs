@@ -36,8 +36,9 @@ enum DriveError {
     Evidence(#[from] EvidenceError),
 }
 
-/// Extra settling time beyond a takeover (lease + lock_delay) and a recovered outbound claim.
-const SETTLE_MARGIN: Duration = Duration::from_secs(15);
+/// Extra time without progress, beyond a takeover (lease + lock_delay) and a recovered
+/// outbound claim, before what is left open counts as stuck.
+const SETTLE_MARGIN: Duration = Duration::from_secs(10);
 
 /// Runs `scenario` in a world of its own and judges it.
 pub async fn run_scenario(exe: &Path, cfg: &ChaosConfig, scenario: Scenario) -> Outcome {
@@ -99,8 +100,8 @@ async fn drive(
     }
     tokio::time::sleep_until(started + cfg.seconds).await;
     let (inbound, outbound) = traffic.stop().await;
-    let within = world.timing.takeover() + world.cluster.settings.timing.processing_timeout + SETTLE_MARGIN;
-    let settled = settle(&world.cluster, &outbound.published, within).await;
+    let stall = world.timing.takeover() + world.cluster.settings.timing.processing_timeout + SETTLE_MARGIN;
+    let settled = settle(&world.cluster, &outbound.published, stall).await;
     eprintln!("chaos {scenario}: traffic stopped; settled={} after {} ms", settled.done, settled.took.as_millis());
     let evidence = verdict::gather(&world.cluster, outbound.published).await?;
     facts.settled = settled.done;
