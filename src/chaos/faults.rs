@@ -27,6 +27,8 @@ pub enum FaultError {
     Replacement(#[from] ClusterError),
     #[error("replacement pod not ready: {0}")]
     NotReady(#[from] PodError),
+    #[error("replacement pod did not report its address within {0:?}")]
+    NoAddress(Duration),
     #[error("redis: {0}")]
     Redis(#[from] RedisServerError),
     #[error("postgres: {0}")]
@@ -148,7 +150,9 @@ async fn replace_after(world: &mut World, delay: Duration) -> Result<(), FaultEr
 
 /// A new pod (new pod id, as a replaced Kubernetes pod), waited for until ready.
 async fn replace(world: &mut World) -> Result<(), FaultError> {
-    let pod = world.cluster.spawn_pod().await?;
+    // A pod that never reports its address is dropped with the timed-out future (and killed).
+    let spawned = tokio::time::timeout(READY_WITHIN, world.cluster.spawn_pod()).await;
+    let pod = spawned.map_err(|_| FaultError::NoAddress(READY_WITHIN))??;
     pod.wait_ready(READY_WITHIN).await?;
     Ok(())
 }

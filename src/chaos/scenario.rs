@@ -72,11 +72,6 @@ impl Scenario {
         Scenario::ALL.iter().position(|s| *s == self).unwrap_or(0) as u64
     }
 
-    /// Aimed at a pod (a holder of stream slots), not at a store.
-    pub fn targets_pods(self) -> bool {
-        matches!(self, Scenario::Kill | Scenario::Pause | Scenario::Term)
-    }
-
     pub fn needs_private_postgres(self) -> bool {
         self == Scenario::PgRestart
     }

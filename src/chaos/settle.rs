@@ -70,8 +70,11 @@ async fn read(c: &LocalCluster, ids: &[String]) -> Option<Open> {
 }
 
 async fn open_outbound(c: &LocalCluster, ids: &[String]) -> Option<i64> {
-    let conn = c.postgres.get().await.ok()?;
-    let row = conn.query_one(OPEN_OUTBOUND, &[&ids]).await.ok()?;
+    let read = async {
+        let conn = c.postgres.get().await.ok()?;
+        conn.query_one(OPEN_OUTBOUND, &[&ids]).await.ok()
+    };
+    let row = tokio::time::timeout(Duration::from_secs(5), read).await.ok()??;
     let (busy, stored): (i64, i64) = (row.get(0), row.get(1));
     Some(busy + (ids.len() as i64 - stored))
 }

@@ -246,6 +246,9 @@ const DUPLICATE_ROWS: &str =
 const UNPUBLISHED: &str = "SELECT count(*) FROM inbox WHERE ispb = $1 AND published_at IS NULL";
 const OUTBOUND: &str = "SELECT msg_id, status FROM outbound WHERE ispb = $1 AND msg_id IS NOT NULL";
 
+/// Bound on one read of the pods' schema.
+const READ_WITHIN: Duration = Duration::from_secs(10);
+
 /// The pods' schema, read with a few retries (a Postgres just restarted may refuse the first connection).
 struct Store<'a> {
     c: &'a LocalCluster,
@@ -260,9 +263,10 @@ impl Store<'_> {
                 let conn = self.c.postgres.get().await.map_err(|e| e.to_string())?;
                 conn.query(sql, &[&self.ispb]).await.map_err(|e| e.to_string())
             };
-            match attempt.await {
-                Ok(rows) => return Ok(rows),
-                Err(e) => last = e,
+            match tokio::time::timeout(READ_WITHIN, attempt).await {
+                Ok(Ok(rows)) => return Ok(rows),
+                Ok(Err(e)) => last = e,
+                Err(_) => last = format!("no answer within {READ_WITHIN:?}"),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

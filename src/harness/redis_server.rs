@@ -144,8 +144,9 @@ impl RedisServer {
         Err(RedisServerError::NotReady(self.port, READY_WITHIN))
     }
 
-    /// One command on a fresh connection; the first line of its reply (`+OK`, `:3`, `-ERR …`).
-    async fn command(&self, args: &[&str]) -> Result<String, RedisServerError> {
+    /// One command on a fresh connection; the first line of its reply (`+OK`, `:3`,
+    /// `-ERR …`; a bulk string shows only its `$len` header).
+    pub async fn command(&self, args: &[&str]) -> Result<String, RedisServerError> {
         let exchange = async {
             let mut conn = TcpStream::connect(("127.0.0.1", self.port)).await?;
             conn.write_all(&resp_array(args)).await?;
