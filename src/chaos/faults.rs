@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use serde::Serialize;
 
 use super::holders::{self, HoldersError};
 use super::plan::PlannedFault;
@@ -40,13 +39,12 @@ pub enum FaultError {
 }
 
 /// What a fault did, for the progress lines and the report.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Applied {
     /// Pod id, or `redis` / `postgres` / `nats`.
     pub target: String,
     /// Stream slots the victim held when it was hit (pod faults).
     pub slots: Vec<u8>,
-    pub hold_ms: u64,
     /// What else is worth knowing (keys evicted, exit status, …).
     pub note: String,
 }
@@ -60,31 +58,31 @@ pub async fn apply(world: &mut World, scenario: Scenario, fault: &PlannedFault) 
         Scenario::Term => term(world, fault).await,
         Scenario::RedisRestart => {
             world.redis.restart_after(hold).await?;
-            Ok(store("redis", hold, format!("down {} ms, every key gone", hold.as_millis())))
+            Ok(store("redis", format!("down {} ms, every key gone", hold.as_millis())))
         }
         Scenario::RedisEvict => {
             let n = world.redis.evict_volatile().await?;
-            Ok(store("redis", hold, format!("{n} keys with a TTL deleted")))
+            Ok(store("redis", format!("{n} keys with a TTL deleted")))
         }
         Scenario::RedisRollback => {
             world.redis.save().await?;
             tokio::time::sleep(hold).await;
             world.redis.restart().await?;
-            Ok(store("redis", hold, format!("restarted from a snapshot {} ms old", hold.as_millis())))
+            Ok(store("redis", format!("restarted from a snapshot {} ms old", hold.as_millis())))
         }
         Scenario::PgRestart => {
             world.postgres.as_mut().ok_or(FaultError::NoServer("postgres"))?.restart_after(hold).await?;
-            Ok(store("postgres", hold, format!("crash-stopped, down {} ms", hold.as_millis())))
+            Ok(store("postgres", format!("crash-stopped, down {} ms", hold.as_millis())))
         }
         Scenario::NatsRestart => {
             world.nats.as_mut().ok_or(FaultError::NoServer("nats"))?.restart_after(hold).await?;
-            Ok(store("nats", hold, format!("stopped, down {} ms", hold.as_millis())))
+            Ok(store("nats", format!("stopped, down {} ms", hold.as_millis())))
         }
     }
 }
 
-fn store(target: &str, hold: Duration, note: String) -> Applied {
-    Applied { target: target.to_owned(), slots: Vec::new(), hold_ms: hold.as_millis() as u64, note }
+fn store(target: &str, note: String) -> Applied {
+    Applied { target: target.to_owned(), slots: Vec::new(), note }
 }
 
 /// The victim: `pick` modulo the pods holding stream slots; any pod when none holds one.
@@ -107,7 +105,7 @@ async fn kill(world: &mut World, fault: &PlannedFault) -> Result<Applied, FaultE
     pod.signal(Signal::SIGKILL);
     let status = tokio::time::timeout(Duration::from_secs(5), pod.child.wait()).await;
     let note = format!("SIGKILL ({}), replacement after {} ms", exit_note(status), fault.hold.as_millis());
-    let applied = pod_fault(&pod.pod_id, slots, fault.hold, note);
+    let applied = pod_fault(&pod.pod_id, slots, note);
     drop(pod);
     tokio::time::sleep(fault.hold).await;
     replace(world).await?;
@@ -121,7 +119,7 @@ async fn pause(world: &mut World, fault: &PlannedFault) -> Result<Applied, Fault
     tokio::time::sleep(fault.hold).await;
     pod.signal(Signal::SIGCONT);
     let note = format!("SIGSTOP for {} ms, then SIGCONT", fault.hold.as_millis());
-    Ok(pod_fault(&pod.pod_id, slots, fault.hold, note))
+    Ok(pod_fault(&pod.pod_id, slots, note))
 }
 
 async fn term(world: &mut World, fault: &PlannedFault) -> Result<Applied, FaultError> {
@@ -137,7 +135,7 @@ async fn term(world: &mut World, fault: &PlannedFault) -> Result<Applied, FaultE
         return Err(FaultError::NoExit { pod: pod.pod_id.clone(), signal: "SIGTERM", within: budget });
     }
     let note = format!("SIGTERM ({}), replacement after {} ms", exit_note(status), fault.hold.as_millis());
-    let applied = pod_fault(&pod.pod_id, slots, fault.hold, note);
+    let applied = pod_fault(&pod.pod_id, slots, note);
     drop(pod);
     replace_after(world, fault.hold).await?;
     Ok(applied)
@@ -157,8 +155,8 @@ async fn replace(world: &mut World) -> Result<(), FaultError> {
     Ok(())
 }
 
-fn pod_fault(pod_id: &str, slots: Vec<u8>, hold: Duration, note: String) -> Applied {
-    Applied { target: pod_id.to_owned(), slots, hold_ms: hold.as_millis() as u64, note }
+fn pod_fault(pod_id: &str, slots: Vec<u8>, note: String) -> Applied {
+    Applied { target: pod_id.to_owned(), slots, note }
 }
 
 fn exit_note<E>(status: Result<std::io::Result<std::process::ExitStatus>, E>) -> String {

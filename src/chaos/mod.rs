@@ -1,13 +1,14 @@
 //! `cabine chaos`: the invariants (DESIGN §2) under faults, judged from the
-//! server side. Each scenario gets a world of its own — the ICOM simulator, a
-//! private redis-server, P `cabine run` pods (own Postgres schema, Redis prefix,
-//! NATS subjects and streams; short test timings: lease 2 s, lock_delay 1 s,
-//! heartbeat 500 ms, simulator hold 200 ms), a private Postgres or NATS when the
-//! scenario restarts one — and a trickle of traffic (inbound injected into the
-//! simulator, ~100/s; outbound pacs.008 published on the bus like the bank's
-//! core, ~30/s). A seeded plan applies one kind of fault at roughly regular
-//! intervals and leaves the last quarter of the run (5–15 s) fault-free; then
-//! the traffic stops, the cluster settles (bounded), and the verdict is read.
+//! server side. Each scenario gets a world of its own — the ICOM simulator (50 ms
+//! latency on every request), a private redis-server, P `cabine run` pods (4; own
+//! Postgres schema, Redis prefix, NATS subjects and streams; short test timings:
+//! lease 2 s, lock_delay 1 s, heartbeat 500 ms, simulator hold 200 ms), a private
+//! Postgres or NATS when the scenario restarts one — and a trickle of traffic
+//! (inbound injected into the simulator, ~100/s; outbound pacs.008 published on
+//! the bus like the bank's core, ~50/s). A seeded plan applies one kind of fault
+//! at roughly regular intervals and leaves the last quarter of the run (5–15 s)
+//! fault-free; then the traffic stops, the cluster settles (as long as anything
+//! moves, bounded), and the verdict is read.
 //!
 //! Decisions:
 //! - One world per scenario, so that a verdict belongs to one kind of fault and
@@ -32,6 +33,11 @@
 //!   for inbound and which no client can cover for a publication already acked.
 //! - Postgres restarts are crashes (`pg_ctl stop -m immediate`), with `fsync=off`:
 //!   no machine crash is simulated, so the kernel keeps every write.
+//! - The defaults make overlap possible without overloading anything: 4 pods for
+//!   4 stream slots, all of them competing for the 2 send slots (pools fill the
+//!   simulator's 6), and a request latency that keeps requests in flight long
+//!   enough for a second holder to meet them. `stuck` means nothing moved for
+//!   lease + lock_delay + processing_timeout + 10 s, not "a backlog was draining".
 
 mod faults;
 mod holders;

@@ -84,6 +84,25 @@ async fn drive(
     let started = Instant::now();
     let mut facts =
         RunFacts { max_in_flight_cap: world.max_in_flight, max_streams_cap: world.max_streams, ..Default::default() };
+    apply_plan(world, &plan, started, &mut facts).await;
+    tokio::time::sleep_until(started + cfg.seconds).await;
+    let (inbound, outbound) = traffic.stop().await;
+    let stall = world.timing.takeover() + world.cluster.settings.timing.processing_timeout + SETTLE_MARGIN;
+    let settled = settle(&world.cluster, &outbound.published, stall).await;
+    eprintln!("chaos {scenario}: traffic stopped; settled={} after {} ms", settled.done, settled.took.as_millis());
+    let evidence = verdict::gather(&world.cluster, outbound.published).await?;
+    facts.settled = settled.done;
+    facts.settle_ms = settled.took.as_millis() as u64;
+    facts.inject_errors = inbound.errors;
+    facts.publish_errors = outbound.errors;
+    facts.unpublished_at_stop = outbound.unpublished;
+    facts.elapsed_s = t0.elapsed().as_secs_f64();
+    Ok(ChaosReport::new(scenario, cfg, facts, verdict::judge(&evidence)))
+}
+
+/// Each planned fault at its time (or at once when the previous one ran late), one after the other.
+async fn apply_plan(world: &mut World, plan: &Plan, started: Instant, facts: &mut RunFacts) {
+    let scenario = plan.scenario;
     for fault in &plan.faults {
         tokio::time::sleep_until(started + fault.at).await;
         let at = started.elapsed().as_secs_f64();
@@ -98,19 +117,6 @@ async fn drive(
             }
         }
     }
-    tokio::time::sleep_until(started + cfg.seconds).await;
-    let (inbound, outbound) = traffic.stop().await;
-    let stall = world.timing.takeover() + world.cluster.settings.timing.processing_timeout + SETTLE_MARGIN;
-    let settled = settle(&world.cluster, &outbound.published, stall).await;
-    eprintln!("chaos {scenario}: traffic stopped; settled={} after {} ms", settled.done, settled.took.as_millis());
-    let evidence = verdict::gather(&world.cluster, outbound.published).await?;
-    facts.settled = settled.done;
-    facts.settle_ms = settled.took.as_millis() as u64;
-    facts.inject_errors = inbound.errors;
-    facts.publish_errors = outbound.errors;
-    facts.unpublished_at_stop = outbound.unpublished;
-    facts.elapsed_s = t0.elapsed().as_secs_f64();
-    Ok(ChaosReport::new(scenario, cfg, facts, verdict::judge(&evidence)))
 }
 
 /// `chaos_123_0_ab12-p3` → `p3`.
