@@ -1,6 +1,6 @@
 //! The command line (clap): `run`, `migrate`, `check-config`, and the
-//! subcommands later capabilities add (`sim`, `bench …`, the operator's
-//! `outbound …` and `breaker reset`).
+//! subcommands later capabilities add (`sim`, `bench …`, `chaos`, the
+//! operator's `outbound …` and `breaker reset`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,6 +34,9 @@ pub enum Command {
     Outbound(crate::outbound_cli::OutboundArgs),
     /// The circuit breakers shared by the pods, through a pod's HTTP endpoint.
     Breaker(crate::outbound_cli::BreakerArgs),
+    /// Faults under traffic (simulator, private Redis, P pods), judged from the server side and the stores:
+    /// one JSON line per scenario; exit 1 on a failed verdict.
+    Chaos(ChaosArgs),
     /// Benchmarks: each prints ONE JSON line on stdout.
     Bench {
         #[command(subcommand)]
@@ -54,6 +57,40 @@ pub enum BenchCommand {
     LeaseWorker(LeaseWorkerArgs),
     /// The ICOM simulator's read and send throughput through the real client (in-process, loopback).
     Sim(SimBenchArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChaosArgs {
+    /// kill, pause, term, redis-restart, redis-evict, redis-rollback, pg-restart, nats-restart, or all (each in turn).
+    #[arg(long)]
+    pub scenario: crate::chaos::Choice,
+    /// Seed of the fault plan (times, lengths, victims) and of the simulator's messages.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Length of the traffic and faults per scenario (settling comes on top).
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// `cabine run` child processes (4: one per stream slot, and all of them competing for the 2 send slots).
+    #[arg(long, default_value_t = 4)]
+    pub pods: usize,
+    /// Inbound messages injected per second.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Outbound pacs.008 published per second on the bus.
+    #[arg(long, default_value_t = 50.0)]
+    pub outbound_rate: f64,
+    /// No outbound traffic (and the pods' outbound side off).
+    #[arg(long)]
+    pub no_outbound: bool,
+    /// Latency the simulator adds to every ICOM request, ms (plus up to half as much jitter).
+    #[arg(long, default_value_t = 50)]
+    pub latency_ms: u64,
+    /// Log filter of the pods (their logs go to stderr).
+    #[arg(long, default_value = "error")]
+    pub pod_log: String,
+    /// Extra configuration for every pod, e.g. `CABINE__POOLS__STREAM=4` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub pod_env: Vec<String>,
 }
 
 #[derive(Debug, Clone, clap::Args)]

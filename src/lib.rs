@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod bus;
+pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod db;

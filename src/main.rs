@@ -26,9 +26,15 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         command => {
-            // The operator's client commands print their answer and nothing else.
-            if !matches!(command, Command::Outbound(_) | Command::Breaker(_)) {
-                cabine::telemetry::init_tracing(&settings.log);
+            // The operator's client commands print their answer and nothing else; chaos keeps
+            // stderr for its progress lines and the pods' errors (RUST_LOG still wins).
+            match command {
+                Command::Outbound(_) | Command::Breaker(_) => {}
+                Command::Chaos(_) => {
+                    let quiet = cabine::config::LogSettings { filter: "warn".into(), ..settings.log.clone() };
+                    cabine::telemetry::init_tracing(&quiet);
+                }
+                _ => cabine::telemetry::init_tracing(&settings.log),
             }
             let outcome = runtime().and_then(|rt| {
                 let outcome = rt.block_on(dispatch(command, settings));
@@ -58,6 +64,7 @@ async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCo
         Command::Migrate => cabine::run::migrate(settings).await.map(|()| ExitCode::SUCCESS),
         Command::Sim(args) => cabine::sim::run(*args).await,
         Command::Bench { bench } => cabine::bench::run(bench, settings).await,
+        Command::Chaos(args) => cabine::chaos::run(args).await,
         Command::Outbound(args) => cabine::outbound_cli::outbound(args, &settings).await,
         Command::Breaker(args) => cabine::outbound_cli::breaker(args, &settings).await,
         Command::CheckConfig => unreachable!("handled before the runtime starts"),

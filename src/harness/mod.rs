@@ -1,11 +1,14 @@
 //! Harness for running cabine processes locally: isolated names, free ports,
-//! child pods that report where they listen. Used by the benchmarks, the
+//! child pods that report where they listen, private Redis / Postgres / NATS
+//! servers to restart under them. Used by the benchmarks, the
 //! integration tests and `ops/up`, so that all three start pods the same way.
 
 mod bus_reader;
 pub mod cluster;
+mod nats_server;
 pub mod outbound;
 mod pod;
+mod postgres_server;
 mod redis_server;
 mod sim_process;
 
@@ -15,7 +18,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use bus_reader::{Arrivals, BusReader};
 pub use cluster::{ClusterError, ClusterSpec, LocalCluster};
+pub use nats_server::{NatsServer, NatsServerError};
 pub use pod::{Pod, PodError};
+pub use postgres_server::{PostgresServer, PostgresServerError};
 pub use redis_server::{RedisServer, RedisServerError, delete_keys_under};
 pub use sim_process::{SimControl, SimProcess, SimProcessError};
 

@@ -22,19 +22,35 @@ const SPI_ISPB: &str = "00038166";
 
 /// `n` pacs.008 from `ispb` to the SPI, each with its own MsgId and EndToEndId.
 pub fn pacs008_bodies(ispb: &Ispb, n: usize) -> Vec<Bytes> {
-    let run = rand::random::<u32>() % 10_000;
-    // The participant sends to the SPI: AppHdr's Fr becomes the ISPB, its To the SPI.
-    let template = PACS008
-        .replacen(&format!("<Id>{SPI_ISPB}</Id>"), "<Id>{FROM}</Id>", 1)
-        .replacen(&format!("<Id>{TEMPLATE_TO}</Id>"), &format!("<Id>{SPI_ISPB}</Id>"), 1)
-        .replacen("<Id>{FROM}</Id>", &format!("<Id>{ispb}</Id>"), 1);
-    (0..n)
-        .map(|i| {
-            let msg_id = format!("M{ispb}B{run:04}{i:018}");
-            let e2e = format!("E{ispb}202401011200B{run:04}{:06}", i % 1_000_000);
-            Bytes::from(template.replace(TEMPLATE_MSG_ID, &msg_id).replace(TEMPLATE_E2E, &e2e))
-        })
-        .collect()
+    let maker = Pacs008Maker::new(ispb);
+    (0..n).map(|i| maker.body(i)).collect()
+}
+
+/// Makes pacs.008 bodies one at a time: body `i` has MsgId `M{ispb}B{run}{i}` (unique
+/// for every `i` of one maker) and an EndToEndId unique for a million `i`s.
+pub struct Pacs008Maker {
+    template: String,
+    ispb: String,
+    /// Random per maker: two makers rarely share MsgIds (1 in 10,000).
+    run: u32,
+}
+
+impl Pacs008Maker {
+    pub fn new(ispb: &Ispb) -> Pacs008Maker {
+        // The participant sends to the SPI: AppHdr's Fr becomes the ISPB, its To the SPI.
+        let template = PACS008
+            .replacen(&format!("<Id>{SPI_ISPB}</Id>"), "<Id>{FROM}</Id>", 1)
+            .replacen(&format!("<Id>{TEMPLATE_TO}</Id>"), &format!("<Id>{SPI_ISPB}</Id>"), 1)
+            .replacen("<Id>{FROM}</Id>", &format!("<Id>{ispb}</Id>"), 1);
+        Pacs008Maker { template, ispb: ispb.to_string(), run: rand::random::<u32>() % 10_000 }
+    }
+
+    pub fn body(&self, i: usize) -> Bytes {
+        let (ispb, run) = (&self.ispb, self.run);
+        let msg_id = format!("M{ispb}B{run:04}{i:018}");
+        let e2e = format!("E{ispb}202401011200B{run:04}{:06}", i % 1_000_000);
+        Bytes::from(self.template.replace(TEMPLATE_MSG_ID, &msg_id).replace(TEMPLATE_E2E, &e2e))
+    }
 }
 
 /// The MsgId [`pacs008_bodies`] gave body `body`.

@@ -1,8 +1,12 @@
-//! A private `redis-server` on a free loopback port, without persistence, for
-//! the tests and benchmarks that restart or flush Redis (the shared one on 6379
-//! is never touched). Restarting it loses every key, like a Redis without
-//! persistence that crashed. Dropping it kills it.
+//! A private `redis-server` on a free loopback port, without automatic
+//! persistence, for the tests, benchmarks and chaos runs that restart, flush,
+//! evict or roll Redis back (the shared one on 6379 is never touched).
+//! Restarting it loses every key, like a Redis without persistence that
+//! crashed — unless it was started in a directory and told to `SAVE`, in which
+//! case the restart loads that older snapshot (a restore, or a failover to a
+//! lagging replica). Dropping it kills it.
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -15,24 +19,49 @@ pub enum RedisServerError {
     Spawn(std::io::Error),
     #[error("redis-server on port {0} did not answer PING within {1:?}")]
     NotReady(u16, Duration),
+    #[error("redis-server on port {port}: {command} answered {reply:?}")]
+    Refused { port: u16, command: String, reply: String },
+    #[error("redis-server on port {0}: no answer within {1:?}")]
+    NoAnswer(u16, Duration),
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
 }
 
 /// How long a (re)started server may take to answer PING.
 const READY_WITHIN: Duration = Duration::from_secs(5);
+/// Bound on one command's reply (SAVE of a test-sized data set included).
+const REPLY_WITHIN: Duration = Duration::from_secs(5);
+/// Deletes every key that has a TTL (PTTL ≥ 0) in one atomic call; keys without
+/// one (the lease epoch) stay. Returns how many went.
+const EVICT_VOLATILE: &str = "local n = 0 \
+    for _, k in ipairs(redis.call('KEYS', '*')) do \
+      if redis.call('PTTL', k) >= 0 then redis.call('DEL', k); n = n + 1 end \
+    end \
+    return n";
 
 /// A running private redis-server.
 pub struct RedisServer {
     port: u16,
     child: Option<Child>,
+    /// Where `SAVE` writes `dump.rdb` and a restart loads it from; None: the working directory.
+    dir: Option<PathBuf>,
 }
 
 impl RedisServer {
     /// Starts one on a free port and waits until it answers PING.
     pub async fn start() -> Result<RedisServer, RedisServerError> {
         let port = super::free_port()?;
-        let mut server = RedisServer { port, child: None };
+        let mut server = RedisServer { port, child: None, dir: None };
+        server.spawn().await?;
+        Ok(server)
+    }
+
+    /// Like [`RedisServer::start`], with its snapshot file (`dump.rdb`) in `dir`:
+    /// nothing is saved unless asked ([`RedisServer::save`]); a restart loads the
+    /// last saved snapshot, if any.
+    pub async fn start_in(dir: &Path) -> Result<RedisServer, RedisServerError> {
+        let port = super::free_port()?;
+        let mut server = RedisServer { port, child: None, dir: Some(dir.to_owned()) };
         server.spawn().await?;
         Ok(server)
     }
@@ -45,9 +74,15 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Kills it (SIGKILL: every key is gone) and starts it again on the same port.
+    /// Kills it (SIGKILL: every key is gone, or back to the last `SAVE`) and starts it again on the same port.
     pub async fn restart(&mut self) -> Result<(), RedisServerError> {
+        self.restart_after(Duration::ZERO).await
+    }
+
+    /// Kills it, leaves it down for `down`, then starts it again on the same port.
+    pub async fn restart_after(&mut self, down: Duration) -> Result<(), RedisServerError> {
         self.stop();
+        tokio::time::sleep(down).await;
         self.spawn().await
     }
 
@@ -61,13 +96,38 @@ impl RedisServer {
 
     /// FLUSHALL: every key gone, the server (and its script cache) stays up.
     pub async fn flush_all(&self) -> Result<(), RedisServerError> {
-        let reply = self.command(b"FLUSHALL\r\n").await?;
-        if reply.starts_with(b"+OK") { Ok(()) } else { Err(RedisServerError::NotReady(self.port, Duration::ZERO)) }
+        self.expect_ok(&["FLUSHALL"]).await
+    }
+
+    /// SAVE: a snapshot of this moment, loaded by the next restart.
+    pub async fn save(&self) -> Result<(), RedisServerError> {
+        self.expect_ok(&["SAVE"]).await
+    }
+
+    /// Deletes every key with a TTL at once (what `volatile-*` eviction or a lagging
+    /// replica can do to leases); keys without a TTL stay. How many were deleted.
+    pub async fn evict_volatile(&self) -> Result<u64, RedisServerError> {
+        let reply = self.command(&["EVAL", EVICT_VOLATILE, "0"]).await?;
+        reply.strip_prefix(':').and_then(|n| n.parse().ok()).ok_or_else(|| self.refused("EVAL evict-volatile", &reply))
+    }
+
+    async fn expect_ok(&self, args: &[&str]) -> Result<(), RedisServerError> {
+        let reply = self.command(args).await?;
+        if reply == "+OK" { Ok(()) } else { Err(self.refused(&args.join(" "), &reply)) }
+    }
+
+    fn refused(&self, command: &str, reply: &str) -> RedisServerError {
+        RedisServerError::Refused { port: self.port, command: command.to_owned(), reply: reply.to_owned() }
     }
 
     async fn spawn(&mut self) -> Result<(), RedisServerError> {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let port = self.port.to_string();
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        if let Some(dir) = &self.dir {
+            cmd.arg("--dir").arg(dir).args(["--dbfilename", "dump.rdb"]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -76,7 +136,7 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = tokio::time::Instant::now() + READY_WITHIN;
         while tokio::time::Instant::now() < deadline {
-            if matches!(self.command(b"PING\r\n").await, Ok(r) if r.starts_with(b"+PONG")) {
+            if matches!(self.command(&["PING"]).await, Ok(r) if r == "+PONG") {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -84,17 +144,44 @@ impl RedisServer {
         Err(RedisServerError::NotReady(self.port, READY_WITHIN))
     }
 
-    /// One inline command, first reply bytes.
-    async fn command(&self, line: &[u8]) -> Result<Vec<u8>, RedisServerError> {
-        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).await?;
-        conn.write_all(line).await?;
-        let mut buf = vec![0u8; 64];
-        let n = tokio::time::timeout(Duration::from_secs(1), conn.read(&mut buf))
+    /// One command on a fresh connection; the first line of its reply (`+OK`, `:3`,
+    /// `-ERR …`; a bulk string shows only its `$len` header).
+    pub async fn command(&self, args: &[&str]) -> Result<String, RedisServerError> {
+        let exchange = async {
+            let mut conn = TcpStream::connect(("127.0.0.1", self.port)).await?;
+            conn.write_all(&resp_array(args)).await?;
+            read_line(&mut conn).await
+        };
+        tokio::time::timeout(REPLY_WITHIN, exchange)
             .await
-            .map_err(|_| RedisServerError::NotReady(self.port, Duration::from_secs(1)))??;
-        buf.truncate(n);
-        Ok(buf)
+            .map_err(|_| RedisServerError::NoAnswer(self.port, REPLY_WITHIN))?
     }
+}
+
+/// A command as a RESP array of bulk strings.
+fn resp_array(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Reads up to the first CRLF (at most 4 KiB).
+async fn read_line(conn: &mut TcpStream) -> Result<String, RedisServerError> {
+    let mut buf = Vec::with_capacity(64);
+    let mut chunk = [0u8; 256];
+    while !buf.windows(2).any(|w| w == b"\r\n") && buf.len() < 4096 {
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let end = buf.windows(2).position(|w| w == b"\r\n").unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
 impl Drop for RedisServer {
@@ -114,4 +201,17 @@ pub async fn delete_keys_under(client: &fred::prelude::Client, prefix: &str) -> 
         deleted += client.del::<u64, _>(chunk.to_vec()).await?;
     }
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_a_resp_array_of_bulk_strings() {
+        assert_eq!(
+            resp_array(&["EVAL", "return 1", "0"]),
+            b"*3\r\n$4\r\nEVAL\r\n$8\r\nreturn 1\r\n$1\r\n0\r\n".to_vec()
+        );
+    }
 }

@@ -1,0 +1,125 @@
+//! One scenario from start to verdict: the world up, every stream slot held,
+//! traffic on, the planned faults applied one after the other, the quiet end
+//! of the run, traffic off, settling, the evidence read, the world torn down.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ChaosConfig;
+use super::faults;
+use super::holders::{self, HoldersError};
+use super::plan::Plan;
+use super::report::{ChaosReport, RunFacts};
+use super::scenario::Scenario;
+use super::settle::settle;
+use super::traffic::Traffic;
+use super::verdict::{self, EvidenceError};
+use super::world::{READY_WITHIN, World, WorldError};
+
+/// How one scenario ended.
+#[derive(Debug)]
+pub enum Outcome {
+    Judged(Box<ChaosReport>),
+    /// This machine cannot run it (why).
+    Skipped(String),
+    /// The run itself broke before a verdict (why).
+    Broken(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+enum DriveError {
+    #[error("{0}")]
+    Holders(#[from] HoldersError),
+    #[error("evidence: {0}")]
+    Evidence(#[from] EvidenceError),
+}
+
+/// Extra time without progress, beyond a takeover (lease + lock_delay) and a recovered
+/// outbound claim, before what is left open counts as stuck.
+const SETTLE_MARGIN: Duration = Duration::from_secs(10);
+
+/// Runs `scenario` in a world of its own and judges it.
+pub async fn run_scenario(exe: &Path, cfg: &ChaosConfig, scenario: Scenario) -> Outcome {
+    let started = Instant::now();
+    eprintln!("chaos {scenario}: starting {} pods, private redis{}", cfg.pods, extras(scenario));
+    let mut world = match World::start(exe, cfg, scenario).await {
+        Ok(w) => w,
+        Err(WorldError::Unavailable(why)) => return Outcome::Skipped(why),
+        Err(e) => return Outcome::Broken(e.to_string()),
+    };
+    let outcome = drive(&mut world, cfg, scenario, started).await;
+    world.cleanup().await;
+    match outcome {
+        Ok(report) => Outcome::Judged(Box::new(report)),
+        Err(e) => Outcome::Broken(e.to_string()),
+    }
+}
+
+fn extras(scenario: Scenario) -> &'static str {
+    match (scenario.needs_private_postgres(), scenario.needs_private_nats()) {
+        (true, _) => ", private postgres",
+        (_, true) => ", private nats",
+        _ => "",
+    }
+}
+
+async fn drive(
+    world: &mut World,
+    cfg: &ChaosConfig,
+    scenario: Scenario,
+    t0: Instant,
+) -> Result<ChaosReport, DriveError> {
+    holders::wait_all_held(&world.cluster, READY_WITHIN).await?;
+    let plan = Plan::new(scenario, cfg.seed, cfg.seconds, world.timing);
+    eprintln!(
+        "chaos {scenario}: all slots held after {:.1}s; {} faults planned over {}s, quiet from {:.1}s",
+        t0.elapsed().as_secs_f64(),
+        plan.faults.len(),
+        cfg.seconds.as_secs(),
+        plan.quiet_from.as_secs_f64()
+    );
+    let traffic = Traffic::start(&world.cluster, cfg.rate, cfg.outbound_rate);
+    let started = Instant::now();
+    let mut facts =
+        RunFacts { max_in_flight_cap: world.max_in_flight, max_streams_cap: world.max_streams, ..Default::default() };
+    apply_plan(world, &plan, started, &mut facts).await;
+    tokio::time::sleep_until(started + cfg.seconds).await;
+    let (inbound, outbound) = traffic.stop().await;
+    let stall = world.timing.takeover() + world.cluster.settings.timing.processing_timeout + SETTLE_MARGIN;
+    let settled = settle(&world.cluster, &outbound.published, stall).await;
+    eprintln!("chaos {scenario}: traffic stopped; settled={} after {} ms", settled.done, settled.took.as_millis());
+    let evidence = verdict::gather(&world.cluster, outbound.published).await?;
+    facts.settled = settled.done;
+    facts.settle_ms = settled.took.as_millis() as u64;
+    facts.inject_errors = inbound.errors;
+    facts.publish_errors = outbound.errors;
+    facts.unpublished_at_stop = outbound.unpublished;
+    facts.elapsed_s = t0.elapsed().as_secs_f64();
+    Ok(ChaosReport::new(scenario, cfg, facts, verdict::judge(&evidence)))
+}
+
+/// Each planned fault at its time (or at once when the previous one ran late), one after the other.
+async fn apply_plan(world: &mut World, plan: &Plan, started: Instant, facts: &mut RunFacts) {
+    let scenario = plan.scenario;
+    for fault in &plan.faults {
+        tokio::time::sleep_until(started + fault.at).await;
+        let at = started.elapsed().as_secs_f64();
+        match faults::apply(world, scenario, fault).await {
+            Ok(a) => {
+                facts.faults += 1;
+                eprintln!("chaos {scenario}: t={at:.1}s {} slots {:?}: {}", short(&a.target), a.slots, a.note);
+            }
+            Err(e) => {
+                eprintln!("chaos {scenario}: t={at:.1}s FAULT ERROR: {e}");
+                facts.fault_errors.push(e.to_string());
+            }
+        }
+    }
+}
+
+/// `chaos_123_0_ab12-p3` → `p3`.
+fn short(target: &str) -> &str {
+    target.rsplit_once('-').map_or(target, |(_, p)| p)
+}
