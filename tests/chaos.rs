@@ -8,12 +8,6 @@ use std::time::Duration;
 
 use cabine::chaos::{ChaosConfig, ChaosReport, Outcome, Scenario, run_scenario};
 
-/// Until the durable request gate (DESIGN §2.5) is merged, cabine loses
-/// acknowledged messages and goes over the cap under key eviction, snapshot
-/// rollback and rolling deploys, so those scenarios are judged but their
-/// verdict is not asserted. Flip to `true` with the gate: then they must pass.
-const GATE_MERGED: bool = false;
-
 /// The long profile's world (4 pods, 100 inbound/s, 50 outbound/s, 50 ms latency), 15 s per scenario.
 fn short_profile(seed: u64) -> ChaosConfig {
     ChaosConfig { seed, seconds: Duration::from_secs(15), ..ChaosConfig::default() }
@@ -53,23 +47,17 @@ async fn kill_pause_and_redis_restart_keep_every_invariant() {
     }
 }
 
-/// Today, before the gate: the long profile (60 s, README "Chaos") fails `redis-evict`
-/// on every seed (`over_cap` 4–6: a 7th simultaneous request refused, `max_in_flight` 7)
-/// and `redis-rollback` under a heavier load (`over_cap` 8); with the simulator of main,
-/// which drops an aborted request at once, nothing is lost and `term` passes. This short
-/// profile applies one fault per scenario and passed all three on 2026-12-01, so no
-/// failure is asserted: only that each was exercised. With the simulator that keeps an
-/// aborted GET in flight (branch `sim`), `term` and `redis-rollback` are expected to show
-/// `lost` and `concurrent_reads`. With the gate, all three must pass.
+/// The faults that beat cabine before the durable request gate (DESIGN §2.5):
+/// lease keys evicted, Redis restarted from an older snapshot, rolling deploys
+/// (a draining pod's aborted GET lives on at the server). Before the gate the
+/// long profile (60 s, README "Chaos") went over the cap under eviction on every
+/// seed (`over_cap` 4–6, `max_in_flight` 7) and under rollback with a heavier
+/// load; with the gate every one of them must pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_evict_rollback_and_term_are_judged_and_must_pass_once_the_gate_merges() {
+async fn redis_evict_rollback_and_term_keep_every_invariant() {
     for scenario in [Scenario::RedisEvict, Scenario::RedisRollback, Scenario::Term] {
         let r = judged(scenario, 1).await;
         exercised(&r);
-        if GATE_MERGED {
-            assert!(r.ok, "{scenario} failed {:?}: {}", r.failed, serde_json::to_string(&r).unwrap_or_default());
-        } else if !r.ok {
-            eprintln!("{scenario}: fails today as expected without the gate: {:?}", r.failed);
-        }
+        assert!(r.ok, "{scenario} failed {:?}: {}", r.failed, serde_json::to_string(&r).unwrap_or_default());
     }
 }
