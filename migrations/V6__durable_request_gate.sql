@@ -9,6 +9,8 @@
 -- Stream slots: the cursor row is the gate, written by the statements that
 -- precede a GET anyway (batch commit, cursor store).
 ALTER TABLE slot_cursor ADD COLUMN busy_until timestamptz;
+-- `busy_until` as the last claim found it (what that claim's holder waited out).
+ALTER TABLE slot_cursor ADD COLUMN claimed_over timestamptz;
 
 -- Send slots of a channel's send pool.
 CREATE TABLE send_slot (
@@ -18,6 +20,7 @@ CREATE TABLE send_slot (
     fence       bigint      NOT NULL DEFAULT 0,
     holder      text,
     busy_until  timestamptz,
+    claimed_over timestamptz,
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (ispb, channel, slot)
 );

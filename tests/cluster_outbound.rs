@@ -388,3 +388,59 @@ async fn above_max_queued_the_dispatchers_stop_pulling_and_say_so() {
     })
     .await;
 }
+
+/// A sender restarted mid-POST (its lease released at once by its supervisor)
+/// while the SPI still handles that POST: the next holder of the send slot
+/// claims its gate row and waits out the busy window (DESIGN §2.5), so the SPI
+/// never sees two POSTs of one send slot at once. One send slot, two senders,
+/// 400 ms of latency on every request, the sender holding the slot restarted
+/// again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_aborted_by_a_restart_is_waited_out_by_the_next_holder_of_its_send_slot() {
+    let one_slot = [
+        ("CABINE__POOLS__SEND", "1"),
+        ("CABINE__OUTBOUND__SENDERS_PER_CHANNEL", "2"),
+        ("CABINE__OUTBOUND__BATCH_SIZE", "1"),
+    ];
+    let c = start("cob_abort", 1, &one_slot).await;
+    run(c, async |c| {
+        c.sim.control.faults(json!({ "latency_ms": 400 })).await?;
+        let ids = publish(c, 40, Request::default()).await?;
+        let n = ids.len() as i64;
+        until(Duration::from_secs(20), async || Ok((sender_holding(c).await?.is_some(), ()))).await?;
+        let mut restarts = 0;
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            let Some(holder) = sender_holding(c).await? else { continue };
+            let url = format!("http://{}/actors/{holder}/restart", c.pods[0].http);
+            let status = reqwest::Client::new().post(url).bearer_auth(cluster_support::TOKEN).send().await?.status();
+            ensure!(status.is_success(), "restart {holder}: {status}");
+            restarts += 1;
+        }
+        ensure!(restarts >= 3, "the sender holding the slot was restarted mid-send ({restarts} times)");
+        c.sim.control.faults(json!({ "latency_ms": 0 })).await?;
+        let s = until_count(c, "confirmed", n, Duration::from_secs(60)).await?;
+        ensure!(count(&s, "confirmed") == n, "everything confirmed: {s:?}");
+        let a = audit(c).await?;
+        ensure!(field(&a, "max_in_flight_sends") == 1, "one send slot, one POST at a time at the SPI: {a}");
+        let accepted = field(&a, "received_outbound") - field(&a, "duplicates_outbound");
+        ensure!(accepted == n as u64, "every MsgId accepted by the SPI exactly once: {a}");
+        Ok(())
+    })
+    .await;
+}
+
+/// The sender (`sender/cpm/k`) of pod 0 that holds a send lease now, if any.
+async fn sender_holding(c: &LocalCluster) -> anyhow::Result<Option<String>> {
+    let tree: Value = c.pod_json(0, "/actors").await?;
+    let mut found = None;
+    let mut stack = vec![tree];
+    while let Some(node) = stack.pop() {
+        let id = node["id"].as_str().unwrap_or_default().to_owned();
+        if id.starts_with("sender/") && matches!(node["state"].as_str(), Some("sending" | "idle")) {
+            found = Some(id);
+        }
+        stack.extend(node["children"].as_array().cloned().unwrap_or_default());
+    }
+    Ok(found)
+}

@@ -6,27 +6,22 @@
 //! when its holder releases it with nothing in flight.
 
 /// Takes the next fence of a slot, creating its row at fence 1. `wait_ms` is
-/// what is left of the previous holder's window (`busy_until` before this
-/// claim, read under the row lock); the claim itself opens a window
-/// (`busy_until = greatest(busy_until, now() + busy_for)`), which arms the new
-/// holder's first request only when there is nothing to wait for. `FOR UPDATE`
-/// and `ON CONFLICT DO UPDATE` lock the row, so concurrent claims (and a
-/// holder's concurrent write) serialise.
+/// what is left of the previous holder's window (`busy_until` as the claim
+/// found it, kept in `claimed_over`: in `ON CONFLICT DO UPDATE` the existing
+/// row's columns are the values before the update); the claim itself opens a
+/// window (`busy_until = greatest(busy_until, now() + busy_for)`), which arms
+/// the new holder's first request only when there is nothing to wait for. `ON
+/// CONFLICT DO UPDATE` locks the row, so concurrent claims (and a holder's
+/// concurrent write) serialise.
 pub const CLAIM: &str = "\
-WITH previous AS (
-    SELECT busy_until FROM slot_cursor WHERE ispb = $1 AND channel = $2 AND slot = $3 FOR UPDATE
-), claimed AS (
-    INSERT INTO slot_cursor (ispb, channel, slot, fence, holder, updated_at, busy_until)
-    VALUES ($1, $2, $3, 1, $4, now(), now() + $5::bigint * interval '1 millisecond')
-    ON CONFLICT (ispb, channel, slot)
-    DO UPDATE SET fence = slot_cursor.fence + 1, holder = EXCLUDED.holder, updated_at = now(),
-                  busy_until = greatest(slot_cursor.busy_until, now() + $5::bigint * interval '1 millisecond')
-    RETURNING fence, pull_next
-)
-SELECT fence, pull_next,
-       coalesce(greatest(0, ceil(extract(epoch FROM (SELECT busy_until FROM previous) - now()) * 1000)), 0)::bigint
-           AS wait_ms
-FROM claimed";
+INSERT INTO slot_cursor (ispb, channel, slot, fence, holder, updated_at, busy_until)
+VALUES ($1, $2, $3, 1, $4, now(), now() + $5::bigint * interval '1 millisecond')
+ON CONFLICT (ispb, channel, slot)
+DO UPDATE SET fence = slot_cursor.fence + 1, holder = EXCLUDED.holder, updated_at = now(),
+              claimed_over = slot_cursor.busy_until,
+              busy_until = greatest(slot_cursor.busy_until, now() + $5::bigint * interval '1 millisecond')
+RETURNING fence, pull_next,
+          coalesce(greatest(0, ceil(extract(epoch FROM claimed_over - now()) * 1000)), 0)::bigint AS wait_ms";
 
 /// Commits a batch with the stream's next cursor, all or nothing:
 /// `cursor` locks the slot row and moves the cursor only while the fence is ours

@@ -14,23 +14,16 @@ use deadpool_postgres::{Object, Pool, PoolError};
 use crate::db::bounded::{self, Bounded};
 use crate::inbox::is_transient;
 
-/// The next fence; `wait_ms` from `busy_until` before the claim (under the row
-/// lock); the claim's own window arms the first POST only when `wait_ms` is 0.
+/// The next fence; `wait_ms` from `busy_until` as the claim found it (kept in
+/// `claimed_over`); the claim's own window arms the first POST only when `wait_ms` is 0.
 const CLAIM: &str = "\
-WITH previous AS (
-    SELECT busy_until FROM send_slot WHERE ispb = $1 AND channel = $2 AND slot = $3 FOR UPDATE
-), claimed AS (
-    INSERT INTO send_slot (ispb, channel, slot, fence, holder, updated_at, busy_until)
-    VALUES ($1, $2, $3, 1, $4, now(), now() + $5::bigint * interval '1 millisecond')
-    ON CONFLICT (ispb, channel, slot)
-    DO UPDATE SET fence = send_slot.fence + 1, holder = EXCLUDED.holder, updated_at = now(),
-                  busy_until = greatest(send_slot.busy_until, now() + $5::bigint * interval '1 millisecond')
-    RETURNING fence
-)
-SELECT fence,
-       coalesce(greatest(0, ceil(extract(epoch FROM (SELECT busy_until FROM previous) - now()) * 1000)), 0)::bigint
-           AS wait_ms
-FROM claimed";
+INSERT INTO send_slot (ispb, channel, slot, fence, holder, updated_at, busy_until)
+VALUES ($1, $2, $3, 1, $4, now(), now() + $5::bigint * interval '1 millisecond')
+ON CONFLICT (ispb, channel, slot)
+DO UPDATE SET fence = send_slot.fence + 1, holder = EXCLUDED.holder, updated_at = now(),
+              claimed_over = send_slot.busy_until,
+              busy_until = greatest(send_slot.busy_until, now() + $5::bigint * interval '1 millisecond')
+RETURNING fence, coalesce(greatest(0, ceil(extract(epoch FROM claimed_over - now()) * 1000)), 0)::bigint AS wait_ms";
 
 const ARM: &str = "\
 UPDATE send_slot SET busy_until = greatest(busy_until, now() + $5::bigint * interval '1 millisecond')
