@@ -85,6 +85,10 @@ pub struct ChaosArgs {
     /// Latency the simulator adds to every ICOM request, ms (plus up to half as much jitter).
     #[arg(long, default_value_t = 50)]
     pub latency_ms: u64,
+    /// How long the simulator holds an empty GET, ms (below the pods' 1 s long-poll timeout): the
+    /// window in which an abandoned GET still holds at the server and can be handed a batch.
+    #[arg(long, default_value_t = 700)]
+    pub hold_ms: u64,
     /// Log filter of the pods (their logs go to stderr).
     #[arg(long, default_value = "error")]
     pub pod_log: String,

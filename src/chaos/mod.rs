@@ -81,6 +81,9 @@ pub struct ChaosConfig {
     /// Latency the simulator adds to every ICOM request (plus up to half as much jitter): the
     /// RSFN is not loopback, and a request that takes time is a request that can overlap.
     pub latency_ms: u64,
+    /// How long the simulator holds an empty GET (the pods are told, `icom.server_hold`): an
+    /// abandoned GET lives on at the server that long, able to be handed a batch.
+    pub hold: Duration,
     /// The pods' log filter (their logs go to stderr).
     pub pod_log: String,
     /// Extra `CABINE__…` overrides for every pod (and the run's own view of the settings).
@@ -96,6 +99,7 @@ impl Default for ChaosConfig {
             rate: 100.0,
             outbound_rate: 50.0,
             latency_ms: 50,
+            hold: Duration::from_millis(700),
             pod_log: "error".into(),
             env: Vec::new(),
         }
@@ -109,6 +113,9 @@ impl ChaosConfig {
         }
         if a.seconds < 5 {
             bail!("--seconds must be at least 5");
+        }
+        if a.hold_ms + a.latency_ms * 3 / 2 >= 1000 {
+            bail!("--hold-ms + 1.5 × --latency-ms must stay below the pods' 1 s long-poll timeout");
         }
         let outbound_rate = if a.no_outbound { 0.0 } else { a.outbound_rate };
         if !(a.rate.is_finite() && a.rate > 0.0 && outbound_rate.is_finite() && outbound_rate >= 0.0) {
@@ -127,6 +134,7 @@ impl ChaosConfig {
             rate: a.rate,
             outbound_rate,
             latency_ms: a.latency_ms,
+            hold: Duration::from_millis(a.hold_ms),
             pod_log: a.pod_log.clone(),
             env,
         })

@@ -142,6 +142,7 @@ fn pod_env(
     env.push(("CABINE__LOG__FILTER".into(), cfg.pod_log.clone()));
     env.push(("CABINE__OUTBOUND__ENABLED".into(), (cfg.outbound_rate > 0.0).to_string()));
     env.push(("CABINE__REDIS__URL".into(), redis.url()));
+    env.push(("CABINE__ICOM__SERVER_HOLD".into(), format!("{}ms", cfg.hold.as_millis())));
     if let Some(pg) = postgres {
         env.push(("CABINE__POSTGRES__URL".into(), pg.url()));
     }
@@ -152,10 +153,11 @@ fn pod_env(
     env
 }
 
-/// `cabine sim` arguments: the test hold (200 ms), the run's seed, an outbound log long enough for the run.
+/// `cabine sim` arguments: the run's hold, seed, an outbound log long enough for the run.
 fn sim_args(cfg: &ChaosConfig) -> Vec<String> {
     let outbound = (cfg.outbound_rate * cfg.seconds.as_secs_f64() * 3.0) as usize + 10_000;
-    let mut args: Vec<String> = ["--hold", "200ms", "--stream-idle", "60s"].map(str::to_owned).to_vec();
+    let hold = format!("{}ms", cfg.hold.as_millis());
+    let mut args: Vec<String> = vec!["--hold".into(), hold, "--stream-idle".into(), "60s".into()];
     args.extend(["--seed".to_owned(), cfg.seed.to_string(), "--outbound-cap".to_owned(), outbound.to_string()]);
     args.extend(["--max-in-flight".to_owned(), SIM_MAX_IN_FLIGHT.to_string()]);
     args.extend(["--max-streams".to_owned(), SIM_MAX_STREAMS.to_string()]);
