@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deadpool_postgres::Pool;
+use crate::db::Db;
 use fred::prelude::*;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -88,7 +88,7 @@ impl Readiness {
 #[derive(Clone)]
 pub struct DependencyProbe {
     pub redis: fred::clients::Client,
-    pub postgres: Pool,
+    pub postgres: Db,
     pub nats: async_nats::Client,
     /// Bound on each single check.
     pub timeout: Duration,
@@ -123,7 +123,7 @@ impl DependencyProbe {
                 let c = check(false, format!("no answer within {:?}", self.timeout));
                 (c.clone(), check(false, "unknown: postgres unreachable"))
             }
-            Ok(Err(e)) => (check(false, e.to_string()), check(false, "unknown: postgres unreachable")),
+            Ok(Err(e)) => (check(false, error_chain(&e)), check(false, "unknown: postgres unreachable")),
             Ok(Ok(v)) => {
                 let applied = v.unwrap_or(0);
                 let m = if applied >= latest {
@@ -163,6 +163,22 @@ pub fn spawn_probe_loop(
             readiness.publish(probe.check_all().await);
         }
     })
+}
+
+/// An error and its sources, `: `-joined, each source shown once: tokio-postgres
+/// keeps the reason of a failure (a refused certificate, the server's message)
+/// in its source, not in its own text.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn check(ok: bool, detail: impl Into<String>) -> Check {
