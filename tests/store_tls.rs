@@ -248,12 +248,7 @@ async fn a_pod_migrates_and_gets_ready_over_tls_to_every_store() {
 
     let s = settings(&stores.env);
     let deps = cabine::run::Dependencies::connect(&s).await.unwrap();
-    let probe = DependencyProbe {
-        redis: deps.redis.clone(),
-        postgres: deps.postgres.clone(),
-        nats: deps.nats.clone(),
-        timeout: Duration::from_secs(2),
-    };
+    let probe = DependencyProbe::new(deps.redis, deps.postgres, deps.nats.clone(), Duration::from_secs(2));
     let started = Instant::now();
     loop {
         let checks = probe.check_all().await;
@@ -262,6 +257,21 @@ async fn a_pod_migrates_and_gets_ready_over_tls_to_every_store() {
         }
         assert!(started.elapsed() < Duration::from_secs(15), "not ready over TLS: {checks:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The same pod with a foreign CA for Postgres and Redis: not ready, and its status says why.
+    let foreign = TestPki::generate().unwrap();
+    let mut env = stores.env.clone();
+    env.extend(files("POSTGRES", &foreign, None).into_iter().chain(files("REDIS", &foreign, None)));
+    let wrong = settings(&env);
+    let redis = cabine::redis::connect(&wrong.redis).unwrap();
+    let postgres = cabine::db::pool(&wrong.postgres).unwrap();
+    let probe = DependencyProbe::new(redis, postgres, deps.nats, Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let checks = probe.check_all().await;
+    for (store, why) in [("postgres", "invalid peer certificate"), ("redis", "InvalidCertificate")] {
+        let c = &checks[store];
+        assert!(!c.ok && c.detail.contains(why), "{store}: {c:?}");
     }
 }
 

@@ -72,12 +72,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         migrate_with_retry(&deps.postgres, &settings.postgres.schema).await;
     }
     let readiness = Readiness::default();
-    let probe = DependencyProbe {
-        redis: deps.redis.clone(),
-        postgres: deps.postgres.clone(),
-        nats: deps.nats.clone(),
-        timeout: settings.http.probe_timeout,
-    };
+    let probe =
+        DependencyProbe::new(deps.redis.clone(), deps.postgres.clone(), deps.nats.clone(), settings.http.probe_timeout);
     readiness::spawn_probe_loop(probe, readiness.clone(), settings.http.probe_interval);
 
     let adapters = match Adapters::build(&settings, &deps, &pod_id) {
