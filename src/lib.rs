@@ -20,6 +20,7 @@ pub mod readiness;
 pub mod redis;
 pub mod run;
 pub mod sim;
+pub mod store_tls;
 pub mod telemetry;
 
 /// This build's version (Cargo.toml).

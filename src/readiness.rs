@@ -5,11 +5,11 @@
 //! steady cadence; a stopping pod reports not-ready at once, whatever the probe says.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use deadpool_postgres::Pool;
+use crate::db::Db;
 use fred::prelude::*;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -87,14 +87,32 @@ impl Readiness {
 /// The things readiness depends on.
 #[derive(Clone)]
 pub struct DependencyProbe {
-    pub redis: fred::clients::Client,
-    pub postgres: Pool,
-    pub nats: async_nats::Client,
+    redis: fred::clients::Client,
+    postgres: Db,
+    nats: async_nats::Client,
     /// Bound on each single check.
-    pub timeout: Duration,
+    timeout: Duration,
+    /// Why Redis could not be reached last (a refused certificate, a refused
+    /// connection): a failed PING says only that it timed out.
+    redis_refusal: Arc<Mutex<Option<String>>>,
 }
 
 impl DependencyProbe {
+    /// Starts listening for the Redis client's connection errors.
+    pub fn new(redis: fred::clients::Client, postgres: Db, nats: async_nats::Client, timeout: Duration) -> Self {
+        let redis_refusal: Arc<Mutex<Option<String>>> = Arc::default();
+        let (failed, connected) = (redis_refusal.clone(), redis_refusal.clone());
+        redis.on_error(move |(e, _)| {
+            *lock(&failed) = Some(e.to_string());
+            async { Ok(()) }
+        });
+        redis.on_reconnect(move |_| {
+            *lock(&connected) = None;
+            async { Ok(()) }
+        });
+        DependencyProbe { redis, postgres, nats, timeout, redis_refusal }
+    }
+
     pub async fn check_all(&self) -> BTreeMap<String, Check> {
         let (redis, pg, nats) = tokio::join!(self.check_redis(), self.check_postgres(), self.check_nats());
         let mut checks = BTreeMap::new();
@@ -108,10 +126,14 @@ impl DependencyProbe {
 
     async fn check_redis(&self) -> Check {
         let ping = tokio::time::timeout(self.timeout, self.redis.ping::<String>(None)).await;
-        match ping {
-            Ok(Ok(_)) => check(true, "PONG"),
-            Ok(Err(e)) => check(false, e.to_string()),
-            Err(_) => check(false, format!("no answer within {:?}", self.timeout)),
+        let failure = match ping {
+            Ok(Ok(_)) => return check(true, "PONG"),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", self.timeout),
+        };
+        match lock(&self.redis_refusal).as_deref() {
+            Some(why) => check(false, format!("{failure}; last connection attempt: {why}")),
+            None => check(false, failure),
         }
     }
 
@@ -123,7 +145,7 @@ impl DependencyProbe {
                 let c = check(false, format!("no answer within {:?}", self.timeout));
                 (c.clone(), check(false, "unknown: postgres unreachable"))
             }
-            Ok(Err(e)) => (check(false, e.to_string()), check(false, "unknown: postgres unreachable")),
+            Ok(Err(e)) => (check(false, error_chain(&e)), check(false, "unknown: postgres unreachable")),
             Ok(Ok(v)) => {
                 let applied = v.unwrap_or(0);
                 let m = if applied >= latest {
@@ -163,6 +185,26 @@ pub fn spawn_probe_loop(
             readiness.publish(probe.check_all().await);
         }
     })
+}
+
+/// An error and its sources, `: `-joined, each source shown once: tokio-postgres
+/// keeps the reason of a failure (a refused certificate, the server's message)
+/// in its source, not in its own text.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn check(ok: bool, detail: impl Into<String>) -> Check {

@@ -1,17 +1,23 @@
 //! NATS JetStream: the connection (retrying in the background, so a NATS that
-//! is down makes cabine not-ready rather than dead) and the streams
+//! is down makes cabine not-ready rather than dead; over rustls with a `tls://`
+//! URL, `nats.ca_file` and an optional client certificate) and the streams
 //! `cabine migrate` creates.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 
-use crate::config::{Ispb, NatsSettings};
+use crate::config::{ConfigError, Ispb, NatsSettings};
+use crate::store_tls::StoreTlsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
     #[error("nats connect: {0}")]
     Connect(#[from] async_nats::ConnectError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Tls(#[from] StoreTlsError),
     #[error("jetstream stream {stream}: {reason}")]
     Stream { stream: String, reason: String },
 }
@@ -51,16 +57,30 @@ impl Subjects {
 
 /// Connects in the background; the client reconnects forever with its own backoff.
 pub async fn connect(settings: &NatsSettings) -> Result<async_nats::Client, BusError> {
+    let opts = options(settings)?
+        .retry_on_initial_connect()
+        .reconnect_delay_callback(|attempt| Duration::from_millis((100u64 << attempt.min(5)).min(2_000)));
+    Ok(opts.connect(&settings.url).await?)
+}
+
+/// Connects now or fails, naming why (`cabine migrate`, tests): a refused certificate is a `Tls` connect error.
+pub async fn connect_now(settings: &NatsSettings) -> Result<async_nats::Client, BusError> {
+    Ok(options(settings)?.connect(&settings.url).await?)
+}
+
+/// Name, timeouts, token and TLS: what every connection of cabine shares.
+pub fn options(settings: &NatsSettings) -> Result<async_nats::ConnectOptions, BusError> {
     let mut opts = async_nats::ConnectOptions::new()
         .name("cabine")
         .connection_timeout(settings.connect_timeout)
-        .request_timeout(Some(settings.request_timeout))
-        .retry_on_initial_connect()
-        .reconnect_delay_callback(|attempt| Duration::from_millis((100u64 << attempt.min(5)).min(2_000)));
+        .request_timeout(Some(settings.request_timeout));
     if let Some(token) = &settings.token {
         opts = opts.token(token.expose().to_owned());
     }
-    Ok(opts.connect(&settings.url).await?)
+    if let Some(tls) = settings.tls()? {
+        opts = opts.tls_client_config(tls.client_config()?).require_tls(true);
+    }
+    Ok(opts)
 }
 
 /// Creates (or updates) the JetStream streams of this deployment. Idempotent.

@@ -11,6 +11,7 @@ pub fn check_boot_invariants(s: &Settings) -> Result<(), ConfigError> {
     check_channels(s)?;
     check_limits(s)?;
     check_publication(s)?;
+    super::tls::check_store_tls(s)?;
     super::tree::check_tree(s)?;
     super::outbound::check_outbound(s)
 }

@@ -8,6 +8,7 @@
 mod invariants;
 mod outbound;
 mod secret;
+mod tls;
 mod tree;
 mod watch;
 
@@ -24,6 +25,7 @@ pub use outbound::{
     BreakerSettings, BucketChannelSettings, BucketSettings, DeadlineSettings, OutboundSettings, minutes_of_day,
 };
 pub use secret::Secret;
+pub use tls::SslMode;
 pub use tree::{PollModeName, PollingSettings, RestartSettings};
 pub use watch::{FailoverSettings, WatchdogSettings};
 
@@ -117,6 +119,14 @@ pub struct RedisSettings {
     #[serde(with = "humantime_serde")]
     pub reconnect_max_delay: Duration,
     pub max_command_queue: usize,
+    /// PEM CA the server's certificate must chain to; required with `rediss://`, refused without.
+    #[serde(default)]
+    pub ca_file: PathBuf,
+    /// Client certificate and key (PEM) for a server with `tls-auth-clients yes`; the key is never printed.
+    #[serde(default)]
+    pub cert_file: PathBuf,
+    #[serde(default)]
+    pub key_file: PathBuf,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -139,6 +149,17 @@ pub struct PostgresSettings {
     #[serde(with = "humantime_serde")]
     pub query_timeout: Duration,
     pub migrate_on_start: bool,
+    /// TLS to the server (`disable`, `require`, `verify-ca`, `verify-full`); never in the URL.
+    #[serde(default)]
+    pub sslmode: SslMode,
+    /// PEM CA the server's certificate must chain to; required by `verify-ca` / `verify-full`.
+    #[serde(default)]
+    pub ca_file: PathBuf,
+    /// Client certificate and key (PEM) for `clientcert` authentication; the key is never printed.
+    #[serde(default)]
+    pub cert_file: PathBuf,
+    #[serde(default)]
+    pub key_file: PathBuf,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -165,6 +186,14 @@ pub struct NatsSettings {
     /// How often the oldest-unpublished gauge is refreshed from Postgres.
     #[serde(with = "humantime_serde")]
     pub lag_probe_interval: Duration,
+    /// PEM CA the server's certificate must chain to; required with `tls://`, refused without.
+    #[serde(default)]
+    pub ca_file: PathBuf,
+    /// Client certificate and key (PEM) for a server whose `tls { verify: true }`; the key is never printed.
+    #[serde(default)]
+    pub cert_file: PathBuf,
+    #[serde(default)]
+    pub key_file: PathBuf,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -11,8 +11,10 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool, PoolError};
-use tokio_postgres::{CancelToken, NoTls};
+use deadpool_postgres::{Object, PoolError};
+use tokio_postgres::CancelToken;
+
+use super::Db;
 
 /// How the caller's error type says "no connection" and "no answer in time".
 pub trait Bounded: Sized {
@@ -55,8 +57,9 @@ impl Drop for Conn {
     }
 }
 
-/// Runs `op` on a connection from `pool`, all within `timeout`.
-pub async fn with_conn<T, E, F, Fut>(pool: &Pool, timeout: Duration, op: F) -> Result<T, E>
+/// Runs `op` on a connection from `pool`, all within `timeout`; a cancel goes
+/// through the pool's TLS connector, as its connections do.
+pub async fn with_conn<T, E, F, Fut>(pool: &Db, timeout: Duration, op: F) -> Result<T, E>
 where
     E: Bounded,
     F: FnOnce(Conn) -> Fut,
@@ -76,9 +79,12 @@ where
         Err(_) => {
             let token = cancel.into_inner().unwrap_or_else(|p| p.into_inner());
             let detached = object.map(Object::take);
+            let tls = pool.tls();
             tokio::spawn(async move {
-                if let Some(token) = token {
-                    let _ = token.cancel_query(NoTls).await;
+                if let Some(token) = token
+                    && let Err(e) = token.cancel_query(tls).await
+                {
+                    tracing::debug!(error = %e, "cancelling a statement past its timeout failed");
                 }
                 drop(detached);
             });

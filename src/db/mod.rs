@@ -1,17 +1,20 @@
 //! Postgres plumbing: the deadpool pool (bounded waits, verified recycling,
-//! `search_path` pinned to the configured schema, TCP keepalives) and the
-//! embedded migrations.
+//! `search_path` pinned to the configured schema, TCP keepalives, TLS per
+//! `postgres.sslmode` over rustls) and the embedded migrations.
 
 pub mod bounded;
 mod migrate;
 
+use std::ops::Deref;
 use std::str::FromStr;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::config::PostgresSettings;
+use crate::config::{ConfigError, PostgresSettings};
+use crate::store_tls::{StoreTls, StoreTlsError};
 
 pub use migrate::{MigrateError, applied_version, latest_version, migrate};
 
@@ -24,6 +27,38 @@ pub enum PoolError {
     Schema(String),
     #[error("postgres pool: {0}")]
     Build(#[from] deadpool_postgres::BuildError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Tls(#[from] StoreTlsError),
+}
+
+/// The pool, and the TLS connector its connections use — which a statement's
+/// cancel request ([`bounded`]) needs too: a server that requires TLS refuses
+/// a cancel sent without it. Use it as a [`Pool`].
+#[derive(Clone)]
+pub struct Db {
+    pool: Pool,
+    tls: MakeRustlsConnect,
+}
+
+impl Deref for Db {
+    type Target = Pool;
+
+    fn deref(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+impl Db {
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The connector cancel requests go through (TLS exactly as the connections).
+    pub fn tls(&self) -> MakeRustlsConnect {
+        self.tls.clone()
+    }
 }
 
 /// TCP keepalive on every connection: idle this long, then probes every
@@ -38,10 +73,12 @@ pub const KEEPALIVE_RETRIES: u32 = 3;
 pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Builds the pool without connecting: an unreachable Postgres shows up later as
-/// a failed checkout (readiness 503), not as a failed start.
-pub fn pool(settings: &PostgresSettings) -> Result<Pool, PoolError> {
+/// a failed checkout (readiness 503), not as a failed start; so does a server
+/// whose certificate is refused.
+pub fn pool(settings: &PostgresSettings) -> Result<Db, PoolError> {
     let pg = connection_config(settings)?;
-    let manager = Manager::from_config(pg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Verified });
+    let tls = connector(settings.tls()?.as_ref())?;
+    let manager = Manager::from_config(pg, tls.clone(), ManagerConfig { recycling_method: RecyclingMethod::Verified });
     let pool = Pool::builder(manager)
         .max_size(settings.pool_size)
         .wait_timeout(Some(settings.wait_timeout))
@@ -49,7 +86,17 @@ pub fn pool(settings: &PostgresSettings) -> Result<Pool, PoolError> {
         .recycle_timeout(Some(settings.recycle_timeout))
         .runtime(Runtime::Tokio1)
         .build()?;
-    Ok(pool)
+    Ok(Db { pool, tls })
+}
+
+/// rustls per `postgres.sslmode`; with `disable` a connector that is never asked
+/// (the connection config says no TLS), so one type serves every mode.
+fn connector(tls: Option<&StoreTls>) -> Result<MakeRustlsConnect, PoolError> {
+    let config = match tls {
+        Some(tls) => tls.client_config()?,
+        None => crate::store_tls::trusting_nothing("postgres")?,
+    };
+    Ok(MakeRustlsConnect::new(config))
 }
 
 /// How each connection is opened: URL, password, schema, timeouts, keepalives.
@@ -59,6 +106,8 @@ pub fn connection_config(settings: &PostgresSettings) -> Result<tokio_postgres::
         pg.password(pw.expose());
     }
     check_identifier(&settings.schema)?;
+    // Never `prefer`: a server (or whoever answers for it) saying "no TLS" must not get plain text.
+    pg.ssl_mode(if settings.tls()?.is_some() { SslMode::Require } else { SslMode::Disable });
     pg.options(format!("-c search_path={}", settings.schema));
     pg.connect_timeout(settings.create_timeout);
     pg.application_name("cabine");

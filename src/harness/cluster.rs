@@ -73,7 +73,7 @@ pub struct LocalCluster {
     pub settings: Settings,
     pub sim: SimProcess,
     pub pods: Vec<Pod>,
-    pub postgres: deadpool_postgres::Pool,
+    pub postgres: crate::db::Db,
     pub nats: async_nats::Client,
     spawned: usize,
 }

@@ -1,6 +1,7 @@
 //! Harness for running cabine processes locally: isolated names, free ports,
 //! child pods that report where they listen, private Redis / Postgres / NATS
-//! servers to restart under them. Used by the benchmarks, the
+//! servers to restart under them (or to reach over TLS, with throw-away
+//! certificates). Used by the benchmarks, the
 //! integration tests and `ops/up`, so that all three start pods the same way.
 
 mod bus_reader;
@@ -11,6 +12,7 @@ mod pod;
 mod postgres_server;
 mod redis_server;
 mod sim_process;
+mod tls;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -23,6 +25,7 @@ pub use pod::{Pod, PodError};
 pub use postgres_server::{PostgresServer, PostgresServerError};
 pub use redis_server::{RedisServer, RedisServerError, delete_keys_under};
 pub use sim_process::{SimControl, SimProcess, SimProcessError};
+pub use tls::{ServerTls, TestPki};
 
 /// A name no other test or run on this machine uses: `{tag}_{pid}_{n}_{nanos}`, lowercase.
 pub fn unique_name(tag: &str) -> String {

@@ -3,8 +3,9 @@
 //! (`cabine chaos --scenario nats-restart`); the shared one on 4222 is never
 //! touched. Streams and their messages live on disk, so they survive a restart.
 //! A restart is graceful (SIGTERM: the server flushes its store and exits), as
-//! an orchestrated restart of the bus would be. Dropping it kills it and removes
-//! its directory.
+//! an orchestrated restart of the bus would be. Started with
+//! [`NatsServer::start_tls`] it requires TLS (`tls://`, a `tls {}` block in a
+//! config file). Dropping it kills it and removes its directory.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -12,6 +13,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+
+use super::ServerTls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NatsServerError {
@@ -36,14 +39,26 @@ pub struct NatsServer {
     /// The JetStream store (`-sd`).
     dir: PathBuf,
     child: Option<Child>,
+    /// TLS required, when set.
+    tls: Option<ServerTls>,
 }
 
 impl NatsServer {
     /// Starts one with JetStream on a free port and waits for its greeting.
     pub async fn start() -> Result<NatsServer, NatsServerError> {
+        NatsServer::start_with(None).await
+    }
+
+    /// Like [`NatsServer::start`], requiring TLS with this certificate (and client
+    /// certificates when `tls.verify_clients`). Its URL is `tls://`.
+    pub async fn start_tls(tls: &ServerTls) -> Result<NatsServer, NatsServerError> {
+        NatsServer::start_with(Some(tls.clone())).await
+    }
+
+    async fn start_with(tls: Option<ServerTls>) -> Result<NatsServer, NatsServerError> {
         let dir = std::env::temp_dir().join(super::unique_name("cabine_nats"));
         std::fs::create_dir_all(&dir)?;
-        let mut server = NatsServer { port: super::free_port()?, dir, child: None };
+        let mut server = NatsServer { port: super::free_port()?, dir, child: None, tls };
         server.spawn().await?;
         Ok(server)
     }
@@ -53,7 +68,8 @@ impl NatsServer {
     }
 
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "tls" } else { "nats" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// SIGTERM, wait for the exit, stay down for `down`, start again on the same port and store.
@@ -80,7 +96,11 @@ impl NatsServer {
     }
 
     async fn spawn(&mut self) -> Result<(), NatsServerError> {
-        let child = Command::new("nats-server")
+        let mut cmd = Command::new("nats-server");
+        if let Some(tls) = &self.tls {
+            cmd.arg("-c").arg(self.write_tls_config(tls)?);
+        }
+        let child = cmd
             .args(["-js", "-a", "127.0.0.1", "-p", &self.port.to_string(), "-sd"])
             .arg(&self.dir)
             .stdin(Stdio::null())
@@ -99,7 +119,22 @@ impl NatsServer {
         Err(NatsServerError::NotReady(self.port, READY_WITHIN))
     }
 
-    /// A client connecting is greeted with `INFO {…}`.
+    /// `tls.conf` in its directory: the `tls {}` block (the rest stays on the command line).
+    fn write_tls_config(&self, tls: &ServerTls) -> Result<PathBuf, NatsServerError> {
+        let quoted = |p: &std::path::Path| format!("{:?}", p.display().to_string());
+        let text = format!(
+            "tls {{\n  cert_file: {}\n  key_file: {}\n  ca_file: {}\n  verify: {}\n  timeout: 2\n}}\n",
+            quoted(&tls.cert),
+            quoted(&tls.key),
+            quoted(&tls.ca),
+            tls.verify_clients
+        );
+        let path = self.dir.join("tls.conf");
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
+    /// A client connecting is greeted with `INFO {…}` (in plain text, TLS or not).
     async fn greets(&self) -> bool {
         let read = async {
             let mut conn = TcpStream::connect(("127.0.0.1", self.port)).await.ok()?;

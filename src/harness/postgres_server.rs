@@ -4,13 +4,17 @@
 //! touched. Trust authentication on loopback, superuser `cabine`, database
 //! `postgres`; `fsync=off` (a process crash keeps what the kernel holds — only
 //! a machine crash would not, and none is simulated). As root the server runs
-//! as the `postgres` user (`runuser`), as anyone else as themselves. Dropping
-//! it stops it (immediate) and removes its directory.
+//! as the `postgres` user (`runuser`), as anyone else as themselves. Started
+//! with [`PostgresServer::start_tls`], it accepts TCP clients only over TLS
+//! (`hostssl` lines; a client certificate required when asked). Dropping it
+//! stops it (immediate) and removes its directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::process::Command;
+
+use super::ServerTls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PostgresServerError {
@@ -38,16 +42,29 @@ pub struct PostgresServer {
     /// Running as root: every server command goes through `runuser -u postgres`.
     as_postgres: bool,
     running: bool,
+    /// `ssl=on` and `hostssl` only, when set.
+    tls: Option<ServerTls>,
 }
 
 impl PostgresServer {
     /// initdb in a fresh temporary directory, then start on a free port.
     pub async fn start() -> Result<PostgresServer, PostgresServerError> {
+        PostgresServer::start_with(None).await
+    }
+
+    /// Like [`PostgresServer::start`], TCP clients over TLS only, with this certificate;
+    /// `tls.verify_clients`: a client certificate chaining to `tls.ca` is required too.
+    pub async fn start_tls(tls: &ServerTls) -> Result<PostgresServer, PostgresServerError> {
+        PostgresServer::start_with(Some(tls.clone())).await
+    }
+
+    async fn start_with(tls: Option<ServerTls>) -> Result<PostgresServer, PostgresServerError> {
         let bin = find_bin()?;
         let dir = std::env::temp_dir().join(super::unique_name("cabine_pg"));
         std::fs::create_dir_all(&dir)?;
         let as_postgres = running_as_root().await;
-        let mut server = PostgresServer { port: super::free_port()?, dir, bin, as_postgres, running: false };
+        let port = super::free_port()?;
+        let mut server = PostgresServer { port, dir, bin, as_postgres, running: false, tls };
         if as_postgres {
             server.run("chown", Command::new("chown").arg("postgres").arg(&server.dir)).await?;
         }
@@ -55,8 +72,32 @@ impl PostgresServer {
         let mut initdb = server.tool("initdb");
         initdb.arg("-D").arg(&data).args(["-A", "trust", "-U", SUPERUSER, "--no-sync", "-E", "UTF8"]);
         server.run("initdb", &mut initdb).await?;
+        if let Some(tls) = server.tls.clone() {
+            server.install_tls(&tls).await?;
+        }
         server.start_again().await?;
         Ok(server)
+    }
+
+    /// Copies the certificate, key and CA into the data directory (the key 0600 and
+    /// owned by the server's user, as Postgres insists) and allows TCP only over TLS.
+    async fn install_tls(&self, tls: &ServerTls) -> Result<(), PostgresServerError> {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data();
+        for (from, to) in [(&tls.cert, "server.crt"), (&tls.key, "server.key"), (&tls.ca, "root.crt")] {
+            std::fs::copy(from, data.join(to))?;
+            std::fs::set_permissions(data.join(to), std::fs::Permissions::from_mode(0o600))?;
+        }
+        let client = if tls.verify_clients { " clientcert=verify-ca" } else { "" };
+        let hba = format!(
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust{client}\nhostssl all all ::1/128 trust{client}\n"
+        );
+        std::fs::write(data.join("pg_hba.conf"), hba)?;
+        if self.as_postgres {
+            let files = ["server.crt", "server.key", "root.crt", "pg_hba.conf"].map(|f| data.join(f));
+            self.run("chown", Command::new("chown").arg("postgres").args(files)).await?;
+        }
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {
@@ -78,11 +119,16 @@ impl PostgresServer {
     }
 
     async fn start_again(&mut self) -> Result<(), PostgresServerError> {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300",
             self.port,
             self.dir.display()
         );
+        if self.tls.is_some() {
+            // Relative to the data directory, where install_tls put them.
+            options
+                .push_str(" -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=root.crt");
+        }
         let mut start = self.tool("pg_ctl");
         start.arg("-D").arg(self.data()).arg("-o").arg(options).arg("-l").arg(self.dir.join("log"));
         start.args(["-w", "-t", "30", "start"]);

@@ -4,7 +4,9 @@
 //! Restarting it loses every key, like a Redis without persistence that
 //! crashed — unless it was started in a directory and told to `SAVE`, in which
 //! case the restart loads that older snapshot (a restore, or a failover to a
-//! lagging replica). Dropping it kills it.
+//! lagging replica). Started with [`RedisServer::start_tls`] it listens only for
+//! TLS (`rediss://`), and the commands of this harness (flush, save, evict) are
+//! not available on it. Dropping it kills it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,6 +14,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use super::ServerTls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedisServerError {
@@ -45,13 +49,24 @@ pub struct RedisServer {
     child: Option<Child>,
     /// Where `SAVE` writes `dump.rdb` and a restart loads it from; None: the working directory.
     dir: Option<PathBuf>,
+    /// TLS only (`--port 0 --tls-port`), when set.
+    tls: Option<ServerTls>,
 }
 
 impl RedisServer {
     /// Starts one on a free port and waits until it answers PING.
     pub async fn start() -> Result<RedisServer, RedisServerError> {
         let port = super::free_port()?;
-        let mut server = RedisServer { port, child: None, dir: None };
+        let mut server = RedisServer { port, child: None, dir: None, tls: None };
+        server.spawn().await?;
+        Ok(server)
+    }
+
+    /// Like [`RedisServer::start`], TLS only: its certificate, and client certificates
+    /// required when `tls.verify_clients`. Its URL is `rediss://`.
+    pub async fn start_tls(tls: &ServerTls) -> Result<RedisServer, RedisServerError> {
+        let port = super::free_port()?;
+        let mut server = RedisServer { port, child: None, dir: None, tls: Some(tls.clone()) };
         server.spawn().await?;
         Ok(server)
     }
@@ -61,7 +76,7 @@ impl RedisServer {
     /// last saved snapshot, if any.
     pub async fn start_in(dir: &Path) -> Result<RedisServer, RedisServerError> {
         let port = super::free_port()?;
-        let mut server = RedisServer { port, child: None, dir: Some(dir.to_owned()) };
+        let mut server = RedisServer { port, child: None, dir: Some(dir.to_owned()), tls: None };
         server.spawn().await?;
         Ok(server)
     }
@@ -71,7 +86,8 @@ impl RedisServer {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Kills it (SIGKILL: every key is gone, or back to the last `SAVE`) and starts it again on the same port.
@@ -123,7 +139,19 @@ impl RedisServer {
     async fn spawn(&mut self) -> Result<(), RedisServerError> {
         let port = self.port.to_string();
         let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        match &self.tls {
+            None => cmd.args(["--port", &port]),
+            Some(tls) => cmd
+                .args(["--port", "0", "--tls-port", &port])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args(["--tls-auth-clients", if tls.verify_clients { "yes" } else { "no" }]),
+        };
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
         if let Some(dir) = &self.dir {
             cmd.arg("--dir").arg(dir).args(["--dbfilename", "dump.rdb"]);
         }
@@ -136,12 +164,20 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = tokio::time::Instant::now() + READY_WITHIN;
         while tokio::time::Instant::now() < deadline {
-            if matches!(self.command(&["PING"]).await, Ok(r) if r == "+PONG") {
+            if self.answers().await {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Err(RedisServerError::NotReady(self.port, READY_WITHIN))
+    }
+
+    /// Up: PONG in plain text; under TLS, the port accepts connections (it is bound once loaded).
+    async fn answers(&self) -> bool {
+        match &self.tls {
+            None => matches!(self.command(&["PING"]).await, Ok(r) if r == "+PONG"),
+            Some(_) => TcpStream::connect(("127.0.0.1", self.port)).await.is_ok(),
+        }
     }
 
     /// One command on a fresh connection; the first line of its reply (`+OK`, `:3`,

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use cabine_actors::domain::{ChannelId, Ispb, SlotId};
 use cabine_actors::ports::{Claim, CommitSummary, CommittedRow, InboundMessage, InboxError, InboxStore, SlotCursor};
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::Object;
+
+use crate::db::Db;
 
 pub use batch::MAX_BATCH;
 pub use fault::is_transient;
@@ -25,13 +27,13 @@ use batch::BatchColumns;
 /// [`InboxStore`] on Postgres for one participant.
 #[derive(Clone)]
 pub struct PgInbox {
-    pool: Pool,
+    pool: Db,
     ispb: String,
     query_timeout: Duration,
 }
 
 impl PgInbox {
-    pub fn new(pool: Pool, ispb: &Ispb, query_timeout: Duration) -> Self {
+    pub fn new(pool: Db, ispb: &Ispb, query_timeout: Duration) -> Self {
         describe_metrics();
         PgInbox { pool, ispb: ispb.to_string(), query_timeout }
     }

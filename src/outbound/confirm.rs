@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use cabine_actors::ports::outbound::{ConfirmOutcome, OutboundError};
 use cabine_actors::ports::{ConfirmError, Confirmations, Correlated};
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::GenericClient;
+
+use crate::db::Db;
 
 use super::correlate;
 use super::rows::pg_error;
@@ -44,7 +46,7 @@ const RETRY_LATER: &str = "UPDATE inbox SET correlate_tries = correlate_tries + 
     RETURNING id, unmatched_at IS NOT NULL";
 
 pub struct PgConfirmations {
-    pool: Pool,
+    pool: Db,
     ispb: String,
     store: PgOutboundStore,
     /// Bound of one whole pass; past it the pass is cancelled on the server and rolled back.
@@ -61,7 +63,7 @@ enum Fate {
 }
 
 impl PgConfirmations {
-    pub fn new(pool: Pool, ispb: &Ispb, policy: OutboundPolicy, timeout: Duration) -> Self {
+    pub fn new(pool: Db, ispb: &Ispb, policy: OutboundPolicy, timeout: Duration) -> Self {
         let patience = policy.processing_timeout;
         let store = PgOutboundStore::new(pool.clone(), ispb, policy);
         PgConfirmations { pool, ispb: ispb.to_string(), store, timeout, patience }

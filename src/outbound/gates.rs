@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use cabine_actors::domain::{ChannelId, Ispb};
 use cabine_actors::ports::{GateClaim, GateError, SendGates};
-use deadpool_postgres::{Object, Pool, PoolError};
+use deadpool_postgres::{Object, PoolError};
 
+use crate::db::Db;
 use crate::db::bounded::{self, Bounded};
 use crate::inbox::is_transient;
 
@@ -39,13 +40,13 @@ SELECT COALESCE((SELECT fence FROM send_slot WHERE ispb = $1 AND channel = $2 AN
 /// [`SendGates`] on Postgres for one participant.
 #[derive(Clone)]
 pub struct PgSendGates {
-    pool: Pool,
+    pool: Db,
     ispb: String,
     query_timeout: Duration,
 }
 
 impl PgSendGates {
-    pub fn new(pool: Pool, ispb: &Ispb, query_timeout: Duration) -> Self {
+    pub fn new(pool: Db, ispb: &Ispb, query_timeout: Duration) -> Self {
         metrics::describe_counter!("cabine_gate_arms_total", "Fenced gate writes made only to arm a request.");
         PgSendGates { pool, ispb: ispb.to_string(), query_timeout }
     }

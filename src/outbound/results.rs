@@ -7,11 +7,11 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::db::Db;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use bytes::Bytes;
 use cabine_actors::ports::outbound_bus::{ResultEvent, ResultSink, ResultStatus, ResultsError};
-use deadpool_postgres::Pool;
 use serde::Serialize;
 
 use cabine_actors::ports::outbound::OutboundError;
@@ -56,7 +56,7 @@ impl<'a> ResultBody<'a> {
 pub struct JetStreamResults {
     js: jetstream::Context,
     subject: String,
-    pool: Pool,
+    pool: Db,
     /// Bound on each outbox statement (`postgres.query_timeout`): a sender's
     /// next turn waits for its previous publish, so a stuck mark would hold it.
     query_timeout: Duration,
@@ -64,7 +64,7 @@ pub struct JetStreamResults {
 
 impl JetStreamResults {
     /// `subject` is [`crate::bus::Subjects::results`].
-    pub fn new(js: jetstream::Context, subject: String, pool: Pool, query_timeout: Duration) -> Self {
+    pub fn new(js: jetstream::Context, subject: String, pool: Db, query_timeout: Duration) -> Self {
         JetStreamResults { js, subject, pool, query_timeout }
     }
 

@@ -27,7 +27,9 @@ use cabine_actors::ports::outbound::{
     Settlement, SpiVerdict,
 };
 use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultEvent, ResultStatus};
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::GenericClient;
+
+use crate::db::Db;
 use tokio_postgres::types::ToSql;
 
 use super::rows::pg_error;
@@ -69,7 +71,7 @@ impl OutboundPolicy {
 }
 
 pub struct PgOutboundStore {
-    pool: Pool,
+    pool: Db,
     ispb: String,
     policy: OutboundPolicy,
 }
@@ -79,7 +81,7 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl PgOutboundStore {
-    pub fn new(pool: Pool, ispb: &Ispb, policy: OutboundPolicy) -> Self {
+    pub fn new(pool: Db, ispb: &Ispb, policy: OutboundPolicy) -> Self {
         PgOutboundStore { pool, ispb: ispb.to_string(), policy }
     }
 

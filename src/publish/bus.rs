@@ -7,12 +7,12 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::db::Db;
 use async_nats::connection::State;
 use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::{self, context::PublishError};
 use bytes::Bytes;
-use deadpool_postgres::Pool;
 use futures::future::join_all;
 
 use super::series::{self as m, Path};
@@ -48,7 +48,7 @@ pub struct Round {
 pub struct InboundBus {
     pub js: jetstream::Context,
     pub client: async_nats::Client,
-    pub pool: Pool,
+    pub pool: Db,
     pub subjects: Subjects,
     pub ispb: String,
     pub query_timeout: Duration,
@@ -58,7 +58,7 @@ pub struct InboundBus {
 impl InboundBus {
     pub fn new(
         client: async_nats::Client,
-        pool: Pool,
+        pool: Db,
         subjects: Subjects,
         ispb: String,
         ack_timeout: Duration,

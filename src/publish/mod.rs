@@ -16,8 +16,8 @@ mod sweep;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::db::Db;
 use cabine_actors::ports::{CommittedRow, InboundPublisher, PublishError};
-use deadpool_postgres::Pool;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -48,7 +48,7 @@ pub struct JetStreamPublisher {
 impl JetStreamPublisher {
     /// Starts the drain task and the lag probe; both end when the publisher is
     /// dropped or closed. Needs a Tokio runtime.
-    pub fn start(client: async_nats::Client, pool: Pool, settings: &Settings) -> Self {
+    pub fn start(client: async_nats::Client, pool: Db, settings: &Settings) -> Self {
         m::describe();
         let nats = &settings.nats;
         let subjects = Subjects::new(nats, &settings.cluster.ispb);

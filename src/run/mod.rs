@@ -23,7 +23,7 @@ use crate::{bus, db, http, readiness, redis, telemetry};
 /// The connected (or connecting) dependencies of one pod.
 pub struct Dependencies {
     pub redis: fred::clients::Client,
-    pub postgres: deadpool_postgres::Pool,
+    pub postgres: db::Db,
     pub nats: async_nats::Client,
 }
 
@@ -52,12 +52,8 @@ pub async fn migrate(settings: Settings) -> anyhow::Result<()> {
 }
 
 async fn connect_nats_now(settings: &Settings) -> anyhow::Result<async_nats::Client> {
-    let client = async_nats::ConnectOptions::new()
-        .connection_timeout(settings.nats.connect_timeout)
-        .connect(&settings.nats.url)
-        .await
-        .with_context(|| format!("connecting to NATS at {}", settings.nats.url))?;
-    Ok(client)
+    let url = crate::config::mask_url_password(&settings.nats.url);
+    bus::connect_now(&settings.nats).await.with_context(|| format!("connecting to NATS at {url}"))
 }
 
 /// `cabine run`: one pod, until a signal (exit 0 after a clean drain) or until
@@ -76,12 +72,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         migrate_with_retry(&deps.postgres, &settings.postgres.schema).await;
     }
     let readiness = Readiness::default();
-    let probe = DependencyProbe {
-        redis: deps.redis.clone(),
-        postgres: deps.postgres.clone(),
-        nats: deps.nats.clone(),
-        timeout: settings.http.probe_timeout,
-    };
+    let probe =
+        DependencyProbe::new(deps.redis.clone(), deps.postgres.clone(), deps.nats.clone(), settings.http.probe_timeout);
     readiness::spawn_probe_loop(probe, readiness.clone(), settings.http.probe_interval);
 
     let adapters = match Adapters::build(&settings, &deps, &pod_id) {

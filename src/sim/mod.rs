@@ -47,7 +47,7 @@ pub use clock::{ManualClock, SimClock, SystemClock};
 pub use control::{InjectKind, MAX_INJECT};
 pub use faults::Faults;
 pub use problem::TYPE_BASE as PROBLEM_TYPE_BASE;
-pub use tls::{ClientFiles, ServerKeyKind, TlsFiles, TlsOptions};
+pub use tls::{ClientFiles, ServerKeyKind, TlsError, TlsFiles, TlsOptions, provision};
 
 /// Everything the simulator is told at start. [`SimConfig::new`] gives the defaults on loopback port 0.
 #[derive(Clone)]

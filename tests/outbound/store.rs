@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use cabine::db::Db;
 use cabine::outbound::{OutboundPolicy, PgOutboundStore};
 use cabine_actors::domain::ChannelId;
 use cabine_actors::ports::outbound::{
@@ -14,7 +15,6 @@ use cabine_actors::ports::outbound::{
     Reprocessed, SendResult,
 };
 use cabine_actors::ports::outbound_bus::{ResultEvent, ResultStatus};
-use deadpool_postgres::Pool;
 
 use crate::common::settings;
 
@@ -23,7 +23,7 @@ const TEMPLATE_ID: &str = "M0003816612345678901234567890123";
 const TEMPLATE_E2E: &str = "E9999901012341234123412345678900";
 
 pub struct Rig {
-    pub pool: Pool,
+    pub pool: Db,
     pub store: PgOutboundStore,
     pub schema: String,
     policy: OutboundPolicy,

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cabine::config::{DEFAULT_TOML, Settings};
+use cabine::db::Db;
 use cabine_actors::domain::{ChannelId, SlotId};
 use cabine_actors::ports::{InboundMessage, MessageMeta};
-use deadpool_postgres::Pool;
 
 /// Settings of one test: its own schema, subjects, streams and ISPB, plus `extra` overrides.
 pub fn settings(name: &str, extra: &[(&str, &str)]) -> Settings {
@@ -55,7 +55,7 @@ impl Drop for Cleanup {
 
 /// A migrated schema of its own.
 pub struct TestDb {
-    pub pool: Pool,
+    pub pool: Db,
     pub settings: Settings,
     _drop: Cleanup,
 }
