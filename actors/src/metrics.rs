@@ -73,9 +73,9 @@ pub fn send_batch(channel: ChannelId, outcome: &'static str, messages: usize, to
     metrics::histogram!("cabine_outbound_send_seconds", "channel" => c).record(took.as_secs_f64());
 }
 
-/// Time one step of a sender's turn took (`admit`, `take`, `draw` with its bucket waits, `record`,
-/// `count`, `publish_wait`: waiting for the previous turn's publish; the POST itself is
-/// `cabine_outbound_send_seconds`), or its background `publish` of result events.
+/// Time one step of a sender's turn took: `admit`, `take`, `draw` with its bucket waits (prepare,
+/// overlapping the previous POST), `arm` (the gate write before the POST), `record`, `count`,
+/// `publish` (finish, in the background). The POST itself is `cabine_outbound_send_seconds`.
 pub fn turn_step(channel: ChannelId, step: &'static str, took: Duration) {
     metrics::histogram!("cabine_outbound_turn_step_seconds", "channel" => channel.as_str(), "step" => step)
         .record(took.as_secs_f64());

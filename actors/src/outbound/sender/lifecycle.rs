@@ -87,6 +87,7 @@ impl Sender {
                     conn,
                     last_work: Instant::now(),
                     lost: false,
+                    prepared: None,
                 };
                 self.ctx.board.set_detail(&self.owner(), "slot", held.slot);
                 // The first turn runs now: it serves a wake that came while acquiring.
@@ -137,7 +138,10 @@ impl Sender {
             size,
             gate,
             slot: holding.slot,
-            publishing: state.publishing.take(),
+            prepared: holding.prepared.take(),
+            finishing: state.finishing.take(),
+            line: state.line.clone(),
+            pipeline: !state.split,
         };
         let task = state.timers.spawn(me, async move { Step::TurnDone(Box::new(turn::run(input, conn).await)) });
         self.enter(state, Phase::Sending { holding, task });
@@ -149,7 +153,7 @@ impl Sender {
         state: &mut SenderState,
         mut report: TurnReport,
     ) -> Result<(), ActorProcessingErr> {
-        state.publishing = report.publishing.take();
+        state.finishing = report.finishing.take();
         self.show(&report);
         let woken = std::mem::take(&mut state.woken);
         let Phase::Sending { mut holding, .. } =
@@ -160,11 +164,15 @@ impl Sender {
         };
         holding.conn = report.conn;
         holding.gate = report.gate;
+        holding.prepared = report.prepared.take();
         if matches!(report.end, TurnEnd::Sent { .. } | TurnEnd::RateLimited { .. }) {
             holding.last_work = Instant::now();
             if let Some(drain) = state.drain.as_mut() {
                 drain.report.finished_send = true;
             }
+        }
+        if !matches!(report.end, TurnEnd::Sent { .. }) || holding.lost || Self::draining(state) {
+            self.return_unsent(state, &mut holding, "the sender stops sending for now");
         }
         if let TurnEnd::LeaseLost(why) = &report.end {
             self.lose(me, state, why.clone());
@@ -264,14 +272,15 @@ impl Sender {
     }
 
     /// Gives the slot back in a task: after the last publish, the gate settled, the lease released.
-    fn release(&self, me: &Me, state: &mut SenderState, holding: Holding) {
-        let (ctx, owner, publishing) = (self.ctx.clone(), self.owner(), state.publishing.take());
+    fn release(&self, me: &Me, state: &mut SenderState, mut holding: Holding) {
+        self.return_unsent(state, &mut holding, "the sender releases its slot");
+        let (ctx, owner, finishing, line) =
+            (self.ctx.clone(), self.owner(), state.finishing.take(), state.line.clone());
         let (gates, channel) = (self.ports.gates.clone(), self.channel);
         let task = state.timers.spawn(me, async move {
-            // A sender back in standby (or drained) has published what it recorded (or left it to the sweep).
-            if let Some(publishing) = publishing {
-                let _ = publishing.await;
-            }
+            // A sender back in standby (or drained) has recorded and published what it sent (or left it
+            // to the janitor's recovery and sweep).
+            line.flushed(finishing).await;
             let Holding { slot, gate, .. } = holding;
             if gate.may_clear(Instant::now())
                 && let Err(e) = gates.release(channel, slot, gate.fence).await
@@ -305,6 +314,9 @@ impl Sender {
     /// standby. The gate is left standing (a POST may be in flight).
     fn lose(&self, me: &Me, state: &mut SenderState, why: String) {
         tracing::warn!(sender = %self.owner(), %why, "send lease lost");
+        if let Some(mut holding) = take_idle(state) {
+            self.return_unsent(state, &mut holding, "send lease lost");
+        }
         state.phase = Phase::Standby { not_before: None };
         if let Some(lease) = self.ctx.ledger.remove(&self.owner()) {
             self.ctx.release_in_background(vec![lease]);
@@ -347,6 +359,16 @@ impl Sender {
         {
             let _ = reply.send(drain.report);
         }
+    }
+}
+
+impl Sender {
+    /// A batch prepared for a POST that will not come goes back to the queue
+    /// (`NotSent`, not an attempt), after the last finish.
+    fn return_unsent(&self, state: &mut SenderState, holding: &mut Holding, why: &str) {
+        let Some(prepared) = holding.prepared.take() else { return };
+        let last = state.finishing.take();
+        state.finishing = Some(state.line.start_now(last, prepared.give_back(Duration::ZERO, why)));
     }
 }
 

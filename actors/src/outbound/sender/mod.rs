@@ -13,8 +13,10 @@
 //!
 //! Standby → Acquiring → Idle ⇄ Sending → (Releasing) → Standby; Drained.
 
+mod finish;
 mod grant;
 mod lifecycle;
+mod prepare;
 mod turn;
 pub mod verdict;
 
@@ -41,7 +43,9 @@ use crate::timers::{Stamped, Timers};
 use crate::tree::context::TreeContext;
 use crate::tree::exits::ChildKey;
 
+use finish::FinishLine;
 pub use grant::SendGrant;
+use prepare::Prepared;
 
 /// What one turn needs; the connection travels alongside.
 pub struct TurnInput {
@@ -59,8 +63,14 @@ pub struct TurnInput {
     pub gate: Gate,
     /// Which send slot the gate is of.
     pub slot: u8,
-    /// The previous turn's result events, maybe still being published.
-    pub publishing: Option<JoinHandle<()>>,
+    /// A batch prepared during the previous POST (admitted, claimed, drawn).
+    pub prepared: Option<Prepared>,
+    /// The previous turn's finish (record, breaker, publish), maybe still running.
+    pub finishing: Option<JoinHandle<()>>,
+    /// The sender's finish stage.
+    pub line: FinishLine,
+    /// Prepare the next batch while this one's POST is in flight.
+    pub pipeline: bool,
 }
 
 /// How a turn ended, i.e. what the sender does next.
@@ -123,8 +133,10 @@ pub struct TurnReport {
     pub gate: Gate,
     pub took: Duration,
     pub breaker: Option<BreakerState>,
-    /// Result events still being published: the next turn waits for them before publishing its own.
-    pub publishing: Option<JoinHandle<()>>,
+    /// This turn's finish, running in the background: the next turn's starts after it.
+    pub finishing: Option<JoinHandle<()>>,
+    /// The next batch, prepared during this turn's POST (only after a clean answer).
+    pub prepared: Option<Prepared>,
 }
 
 /// What a sender did when the pod drained.
@@ -226,6 +238,8 @@ pub struct Holding {
     last_work: Instant,
     /// The heartbeat reported it lost while a turn was running.
     lost: bool,
+    /// The next batch, prepared during the last POST: the next turn posts it.
+    prepared: Option<Prepared>,
 }
 
 /// Why nothing may be sent for now.
@@ -254,8 +268,11 @@ struct Drain {
 pub struct SenderState {
     phase: Phase,
     timers: Timers,
-    /// The last turn's result events being published (not aborted if the sender stops: the outbox is swept anyway).
-    publishing: Option<JoinHandle<()>>,
+    /// The last turn's finish (record, breaker, publish): not aborted if the sender stops (an
+    /// unrecorded claim is recovered, the outbox is swept).
+    finishing: Option<JoinHandle<()>>,
+    /// Records, counts and publishes behind the POSTs.
+    line: FinishLine,
     /// Work-hint watcher: turns the dispatcher's signals into `Wake`s.
     watcher: Option<OwnedTask>,
     backoff: Backoff,
@@ -325,7 +342,8 @@ impl Actor for Sender {
         Ok(SenderState {
             phase: Phase::Standby { not_before: None },
             timers: Timers::default(),
-            publishing: None,
+            finishing: None,
+            line: FinishLine::new(self.ports.clone(), self.config.clone(), t.clone(), self.channel),
             watcher: None,
             backoff: Backoff::new(t.backoff_base, t.backoff_max),
             pause: None,

@@ -114,6 +114,11 @@ impl FakeOutboundStore {
         self.lock().take_latency = latency;
     }
 
+    /// Recording outcomes applies them at once and answers after `latency`.
+    pub fn set_record_latency(&self, latency: Duration) {
+        self.lock().record_latency = latency;
+    }
+
     fn open(&self) -> Result<std::sync::MutexGuard<'_, Table>, OutboundError> {
         let t = self.lock();
         if t.unavailable { Err(OutboundError::Unavailable("fake outbound store down".into())) } else { Ok(t) }
@@ -300,8 +305,12 @@ impl OutboundStore for FakeOutboundStore {
     }
 
     async fn record(&self, claim: &ClaimToken, outcomes: &[(String, SendResult)]) -> Result<Recorded, OutboundError> {
-        let mut t = self.open()?;
-        Ok(record::apply(&mut t, &self.policy, self.now(), claim, outcomes))
+        let (recorded, latency) = {
+            let mut t = self.open()?;
+            (record::apply(&mut t, &self.policy, self.now(), claim, outcomes), t.record_latency)
+        };
+        tokio::time::sleep(latency).await;
+        Ok(recorded)
     }
 
     async fn expire_overdue(&self, max: u32) -> Result<Vec<ResultEvent>, OutboundError> {

@@ -115,6 +115,8 @@ pub struct Table {
     pub unavailable: bool,
     /// How long a take's answer travels back after the rows were claimed.
     pub take_latency: std::time::Duration,
+    /// How long recording outcomes takes (applied at once, answered after it).
+    pub record_latency: std::time::Duration,
     pub audit: StoreAudit,
 }
 

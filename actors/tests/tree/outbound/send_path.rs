@@ -32,7 +32,11 @@ async fn a_row_inserted_during_a_turn_that_finds_nothing_is_sent_without_waiting
     let published = Instant::now();
     publish(&world, &["W2".into()], Priority::Normal, 60);
     all_in(&world, &["W2".into()], S::Sent, ms(2000)).await;
-    assert!(published.elapsed() < ms(1500), "served by the turn right after, not after idle_poll");
+    assert!(
+        published.elapsed() < ms(1500),
+        "served by the turn right after, not after idle_poll: {:?}",
+        published.elapsed()
+    );
     assert_sim_clean(&world, 1);
     tree.shutdown().await;
 }
@@ -79,4 +83,49 @@ async fn a_turn_does_not_wait_for_its_result_events_to_be_published() {
     .await;
     assert_sim_clean(&world, 1);
     tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_batches_are_posted_back_to_back_with_the_next_prepared_and_the_last_recorded_meanwhile() {
+    // Every stage costs 100 ms: one after the other a turn takes 300 ms (take, POST, record).
+    let world = world(1, |s| s.outbound.send.latency = ms(100));
+    world.outbound.set_take_latency(ms(100));
+    world.outbound.set_record_latency(ms(100));
+    let tree = start_pod(&world, "pod-a", outbound_config(1)).await;
+    publish(&world, &["F0".into()], Priority::Normal, 60);
+    all_in(&world, &["F0".into()], S::Sent, ms(5000)).await;
+    let all = ids("F", 100);
+    let started = Instant::now();
+    publish(&world, &all, Priority::Normal, 60);
+    all_in(&world, &all, S::Sent, ms(10_000)).await;
+    // Pipelined: ten POSTs of 100 ms back to back (plus the first take, the last record), not 10 × 300 ms.
+    assert!(started.elapsed() < ms(1800), "took {:?}", started.elapsed());
+    let audit = world.icom_out.audit(CPM);
+    assert_eq!((audit.stored, audit.max_in_flight), (101, 1), "{audit:?}");
+    assert_sim_clean(&world, 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_prepared_during_the_last_post_goes_back_to_the_queue_when_the_sender_drains() {
+    let world = world(1, |s| s.outbound.send.latency = ms(400));
+    let tree = start_pod(&world, "pod-a", outbound_config(1)).await;
+    let all = ids("D", 30);
+    publish(&world, &all, Priority::Normal, 60);
+    eventually("the first POST in flight, the next batch prepared", ms(5000), || {
+        world.icom_out.audit(CPM).max_in_flight == 1 && world.outbound.count(S::Sending) == 20
+    })
+    .await;
+    let report = tree.drain().await;
+    assert_eq!(report.senders_released, 1, "{report:?}");
+    assert_eq!(world.outbound.count(S::Sending), 0, "no row left claimed by a prepared batch");
+    assert_eq!(world.outbound.count(S::Sent), 10, "the POST in flight was finished and recorded");
+    assert_eq!(world.outbound.count(S::Queued), 20, "the prepared batch went back unsent, not as an attempt");
+    assert!(all.iter().all(|id| world.icom_out.stored(id) <= 1));
+
+    let b = start_pod(&world, "pod-b", outbound_config(1)).await;
+    all_in(&world, &all, S::Sent, ms(10_000)).await;
+    assert_sim_clean(&world, 1);
+    assert_eq!(world.icom_out.audit(CPM).stored, 30);
+    b.shutdown().await;
 }
