@@ -40,6 +40,12 @@ pub struct OutboundReport {
     pub msgs_per_s: f64,
     /// What the Central Bank's bucket allows for M at once: M / ((M − capacity) / refill), ∞ as 0.
     pub bucket_bound_msgs_per_s: f64,
+    /// Fast run: the mean POST time (the pods' `cabine_outbound_send_seconds`).
+    pub post_mean_ms: f64,
+    /// What the protocol allows: send slots × 10 messages / mean POST time.
+    pub protocol_bound_msgs_per_s: f64,
+    /// `msgs_per_s` / min(bucket bound, protocol bound): how close to the pace the protocol sets.
+    pub bound_ratio: f64,
     /// Fixed-rate run: publish → row recorded `sent`.
     pub lat_sent_p50_ms: f64,
     pub lat_sent_p99_ms: f64,
@@ -109,11 +115,23 @@ async fn measure(c: &LocalCluster, args: &OutboundBenchArgs) -> anyhow::Result<O
         "rate_run": stages::between(&after_fast, &after_rate),
     });
     eprintln!("stages {profile}");
+    let post_ms = stages::mean_ms(&before, &after_fast, "cabine_outbound_send_seconds").unwrap_or(0.0);
 
     let rows = fates::read(c).await?;
     let latencies = rate_latencies(&published_at, &rows);
     let ids: Vec<&str> = fast_ids.iter().map(String::as_str).chain(published_at.keys().map(String::as_str)).collect();
-    report(c, args, &ids, &rows, m as f64 / took_s.max(1e-6), &latencies).await
+    let mut r = report(c, args, &ids, &rows, m as f64 / took_s.max(1e-6), &latencies).await?;
+    bound(&mut r, c.settings.pools.send.get(), post_ms);
+    Ok(r)
+}
+
+/// Fills the protocol bound (send slots × 10 per mean POST) and the ratio to the tighter bound.
+fn bound(r: &mut OutboundReport, send_slots: u8, post_ms: f64) {
+    r.post_mean_ms = round1(post_ms * 10.0) / 10.0;
+    let protocol = if post_ms > 0.0 { f64::from(send_slots) * 10.0 * 1000.0 / post_ms } else { 0.0 };
+    r.protocol_bound_msgs_per_s = round1(protocol);
+    let tighter = [r.bucket_bound_msgs_per_s, protocol].into_iter().filter(|b| *b > 0.0).fold(f64::INFINITY, f64::min);
+    r.bound_ratio = if tighter.is_finite() { (r.msgs_per_s / tighter * 1000.0).round() / 1000.0 } else { 0.0 };
 }
 
 async fn report(
@@ -140,6 +158,9 @@ async fn report(
         rate: args.rate,
         msgs_per_s: round1(msgs_per_s),
         bucket_bound_msgs_per_s: round1(bound),
+        post_mean_ms: 0.0,
+        protocol_bound_msgs_per_s: 0.0,
+        bound_ratio: 0.0,
         lat_sent_p50_ms: ms(sent, 0.50),
         lat_sent_p99_ms: ms(sent, 0.99),
         lat_sent_max_ms: ms(sent, 1.0),
@@ -251,5 +272,39 @@ mod tests {
     fn the_bucket_bound_counts_the_burst_then_the_refill() {
         assert_eq!(bucket_bound(10_000, 3750.0, 750.0), 1200.0);
         assert_eq!(bucket_bound(3750, 3750.0, 750.0), 0.0);
+    }
+
+    #[test]
+    fn the_ratio_is_taken_against_the_tighter_bound() {
+        let mut r = OutboundReport {
+            pods: 3,
+            messages: 10_000,
+            rate: 500.0,
+            msgs_per_s: 960.0,
+            bucket_bound_msgs_per_s: 1200.0,
+            post_mean_ms: 0.0,
+            protocol_bound_msgs_per_s: 0.0,
+            bound_ratio: 0.0,
+            lat_sent_p50_ms: 0.0,
+            lat_sent_p99_ms: 0.0,
+            lat_sent_max_ms: 0.0,
+            lat_confirmed_p50_ms: 0.0,
+            lat_confirmed_p99_ms: 0.0,
+            published: 0,
+            accepted: 0,
+            sent: 0,
+            confirmed: 0,
+            dead: 0,
+            timeout: 0,
+            lost: 0,
+            duplicates_at_sim: 0,
+            sim_429: 0,
+            sim_max_in_flight: 0,
+            rss_mb_max: 0.0,
+        };
+        bound(&mut r, 2, 5.0);
+        assert_eq!((r.protocol_bound_msgs_per_s, r.bound_ratio), (4000.0, 0.8), "the bucket is tighter");
+        bound(&mut r, 2, 40.0);
+        assert_eq!((r.protocol_bound_msgs_per_s, r.bound_ratio), (500.0, 1.92), "the protocol is tighter");
     }
 }

@@ -1,8 +1,8 @@
 //! Per-stage timings of `bench inbound` and `bench outbound`, from the pods' own histograms: each
 //! pod's `/metrics` is scraped before and after a run, the bucket counts of the
 //! stage histograms are summed over pods and subtracted, and p50 / p99 are read
-//! off the buckets (as upper bounds). Printed on stderr beside the JSON line,
-//! to say what bounds the pipeline.
+//! off the buckets (as upper bounds); means come from `_sum` / `_count`. Printed
+//! on stderr beside the JSON line, to say what bounds the pipeline.
 
 use std::collections::BTreeMap;
 
@@ -28,9 +28,10 @@ pub const OUTBOUND: &[&str] = &[
     "cabine_redis_round_trip_seconds",
 ];
 
-/// Series (name and labels without `le`) → cumulative count per bucket bound.
+/// Series (name and labels without `le`) → cumulative count per bucket bound; and per
+/// histogram name, its `_sum` and `_count` summed over series and pods.
 #[derive(Default)]
-pub struct Scrape(BTreeMap<String, BTreeMap<u64, f64>>);
+pub struct Scrape(BTreeMap<String, BTreeMap<u64, f64>>, BTreeMap<String, (f64, f64)>);
 
 /// Sums every pod's histograms named in `stages`.
 pub async fn scrape(pods: &[Pod], stages: &[&str]) -> Scrape {
@@ -41,6 +42,9 @@ pub async fn scrape(pods: &[Pod], stages: &[&str]) -> Scrape {
         for line in text.lines() {
             if let Some((key, le, count)) = bucket_line(line, stages) {
                 *total.0.entry(key).or_default().entry(le).or_default() += count;
+            } else if let Some((name, sum, count)) = total_line(line, stages) {
+                let t = total.1.entry(name).or_default();
+                (t.0, t.1) = (t.0 + sum, t.1 + count);
             }
         }
     }
@@ -65,6 +69,29 @@ fn bucket_line(line: &str, stages: &[&str]) -> Option<(String, u64, f64)> {
         v => (v.parse::<f64>().ok()? * 1e6) as u64,
     };
     Some((format!("{name}{{{}}}", kept.join(",")), le, count.parse().ok()?))
+}
+
+/// `name_sum{…} 1.5` → (name, 1.5, 0); `name_count{…} 3` → (name, 0, 3).
+fn total_line(line: &str, stages: &[&str]) -> Option<(String, f64, f64)> {
+    let (series, value) = line.rsplit_once(' ')?;
+    let value: f64 = value.parse().ok()?;
+    let name =
+        stages.iter().find(|s| series.starts_with(&format!("{s}_sum")) || series.starts_with(&format!("{s}_count")))?;
+    let rest = &series[name.len()..];
+    let is = |suffix: &str| rest == suffix || rest.starts_with(&format!("{suffix}{{"));
+    match () {
+        () if is("_sum") => Some(((*name).to_owned(), value, 0.0)),
+        () if is("_count") => Some(((*name).to_owned(), 0.0, value)),
+        () => None,
+    }
+}
+
+/// The mean of histogram `name` (all series, all pods) between `before` and `after`, in ms.
+pub fn mean_ms(before: &Scrape, after: &Scrape, name: &str) -> Option<f64> {
+    let (s1, c1) = after.1.get(name).copied()?;
+    let (s0, c0) = before.1.get(name).copied().unwrap_or_default();
+    let count = c1 - c0;
+    (count >= 1.0).then(|| (s1 - s0) / count * 1000.0)
 }
 
 /// `{series: {count, p50_ms, p99_ms}}` of what happened between `before` and `after`.
@@ -111,5 +138,13 @@ mod tests {
         assert_eq!(v["s{}"]["count"], 100.0);
         assert_eq!(v["s{}"]["p50_le_ms"], 1.0);
         assert_eq!(v["s{}"]["p99_le_ms"], 5.0);
+        let stages = &["cabine_outbound_send_seconds"];
+        let sum = r#"cabine_outbound_send_seconds_sum{channel="cpm"} 0.5"#;
+        assert_eq!(total_line(sum, stages), Some(("cabine_outbound_send_seconds".into(), 0.5, 0.0)));
+        let count = r#"cabine_outbound_send_seconds_count{channel="cpm"} 100"#;
+        assert_eq!(total_line(count, stages), Some(("cabine_outbound_send_seconds".into(), 0.0, 100.0)));
+        after.1.insert("h".into(), (0.6, 110.0));
+        before.1.insert("h".into(), (0.1, 10.0));
+        assert_eq!(mean_ms(&before, &after, "h"), Some(5.0));
     }
 }

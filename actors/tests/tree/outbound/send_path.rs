@@ -129,3 +129,27 @@ async fn a_batch_prepared_during_the_last_post_goes_back_to_the_queue_when_the_s
     assert_eq!(world.icom_out.audit(CPM).stored, 30);
     b.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_sender_restarted_between_prepare_and_post_loses_nothing_and_never_doubles_the_prepared_batch() {
+    let world = world(1, |s| s.outbound.send.latency = ms(400));
+    let tree = start_pod(&world, "pod-a", outbound_config(1)).await;
+    let all = ids("K", 30);
+    publish(&world, &all, Priority::Normal, 120);
+    eventually("a POST in flight, the next batch prepared", ms(5000), || {
+        world.icom_out.audit(CPM).max_in_flight == 1 && world.outbound.count(S::Sending) == 20
+    })
+    .await;
+    // The restart aborts the POST in flight and drops the prepared batch (claimed, never posted).
+    tree.restart("sender/cpm/1").await.expect("restart");
+    // The janitor recovers both claims (processing_timeout) as possible attempts; everything goes out.
+    all_in(&world, &all, S::Sent, ms(30_000)).await;
+    let first_post: Vec<String> = world.icom_out.log().first().map(|r| r.msg_ids.clone()).unwrap_or_default();
+    assert_eq!(first_post.len(), 10);
+    for id in all.iter().filter(|id| !first_post.contains(id)) {
+        assert_eq!(world.icom_out.stored(id), 1, "{id}: a prepared row is posted once, after its claim is recovered");
+    }
+    let audit = world.icom_out.audit(CPM);
+    assert_eq!((audit.max_in_flight, audit.over_cap, audit.without_lease), (1, 0, 0), "{audit:?}");
+    tree.shutdown().await;
+}
