@@ -74,7 +74,7 @@ pub fn send_batch(channel: ChannelId, outcome: &'static str, messages: usize, to
 }
 
 /// Time one step of a sender's turn took: `admit`, `take`, `draw` with its bucket waits (prepare,
-/// overlapping the previous POST), `arm` (the gate write before the POST), `record`, `count`,
+/// overlapping the previous POST), `arm` (the gate write, during the previous POST), `record`, `count`,
 /// `publish` (finish, in the background). The POST itself is `cabine_outbound_send_seconds`.
 pub fn turn_step(channel: ChannelId, step: &'static str, took: Duration) {
     metrics::histogram!("cabine_outbound_turn_step_seconds", "channel" => channel.as_str(), "step" => step)

@@ -22,6 +22,8 @@ pub struct GateRow {
 #[derive(Default)]
 pub struct FakeSendGates {
     rows: Mutex<HashMap<(ChannelId, u8), GateRow>>,
+    /// How long an arm takes to answer (applied at once, answered after it).
+    arm_latency: Mutex<Duration>,
 }
 
 impl FakeSendGates {
@@ -31,6 +33,11 @@ impl FakeSendGates {
 
     pub fn row(&self, channel: ChannelId, slot: u8) -> Option<GateRow> {
         self.lock().get(&(channel, slot)).cloned()
+    }
+
+    /// Every arm answers after `latency` (its write applies at once).
+    pub fn set_arm_latency(&self, latency: Duration) {
+        *self.arm_latency.lock().unwrap_or_else(|p| p.into_inner()) = latency;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ChannelId, u8), GateRow>> {
@@ -70,10 +77,14 @@ impl SendGates for FakeSendGates {
     }
 
     async fn arm(&self, channel: ChannelId, slot: u8, fence: i64, busy_for: Duration) -> Result<(), GateError> {
-        let mut rows = self.lock();
-        let row = fenced(&mut rows, (channel, slot), fence)?;
-        let until = Instant::now() + busy_for;
-        row.busy_until = Some(row.busy_until.map_or(until, |b| b.max(until)));
+        {
+            let mut rows = self.lock();
+            let row = fenced(&mut rows, (channel, slot), fence)?;
+            let until = Instant::now() + busy_for;
+            row.busy_until = Some(row.busy_until.map_or(until, |b| b.max(until)));
+        }
+        let latency = *self.arm_latency.lock().unwrap_or_else(|p| p.into_inner());
+        tokio::time::sleep(latency).await;
         Ok(())
     }
 

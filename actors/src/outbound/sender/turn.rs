@@ -1,16 +1,18 @@
 //! One turn of a holding sender, run in a spawned task that owns the
-//! connection and the send slot's gate. Only the POST and the gate write
-//! right before it are serialized per send slot; the rest is pipelined:
+//! connection and the send slot's gate. Only the POST is serialized per send
+//! slot (its gate write goes out during the previous POST); the rest is pipelined:
 //!
 //! ```text
-//! turn k:   [prepare k]? → deadline check → arm gate → lease check → POST k → finish k (background)
-//!                                                                   └ prepare k+1 ┘
+//! turn k:   [prepare k]? → deadline check → gate → lease check → POST k → finish k (background)
+//!                                                               └ prepare k+1, arm k+1 ┘
 //! ```
 //!
 //! A turn with nothing prepared first waits for the previous finish (the
 //! breaker counted, rows given back) and a previous holder's busy window,
 //! then prepares ([`prepare`]: admit → take → cut → draw). While its POST is
-//! in flight it prepares the next batch; the moment the POST is answered its
+//! in flight it prepares the next batch and arms the gate for it (one fenced
+//! write after this POST left: the next POST leaves within the margin of it,
+//! else the gate arms again right before); the moment the POST is answered its
 //! outcomes go to the finish stage ([`finish`]: record → breaker → publish) in
 //! the background, and the prepared batch comes back in the report for the
 //! next turn. The breaker admits before each POST and the
@@ -147,6 +149,7 @@ impl Turn {
     async fn post(&mut self, posting: Posting) -> TurnEnd {
         let raws: Vec<bytes::Bytes> = posting.due.iter().map(|m| m.raw.clone()).collect();
         let previous = self.last.take();
+        let (fence, busy_for) = (self.gate.fence, self.gate.busy_for());
         let (input, gate) = (&self.input, &mut self.gate);
         let conn = self.conn.as_mut().expect("a turn owns its connection");
         gate.spend();
@@ -161,12 +164,22 @@ impl Turn {
             (posted, input.line.start(previous, finish).await)
         };
         let next = async {
-            match input.pipeline {
-                true => Some(prepare::prepare(input).await),
-                false => None,
+            if !input.pipeline {
+                return (None, None);
             }
+            let next = prepare::prepare(input).await;
+            // Arm the next POST now, after this one left: it goes out within the margin of this
+            // write unless this POST outlasts the margin (then it is armed again right before).
+            let armed = match next {
+                Prep::Ready(_) => arm_early(input, fence, busy_for).await,
+                Prep::Ended(..) => None,
+            };
+            (Some(next), armed)
         };
-        let ((posted, last), next) = tokio::join!(post, next);
+        let ((posted, last), (next, armed)) = tokio::join!(post, next);
+        if let Some(sent) = armed {
+            self.gate.written(sent);
+        }
         self.last = Some(last);
         if posted.broke {
             self.conn = None;
@@ -233,6 +246,15 @@ fn conclude(
     };
     let clean = matches!(end, TurnEnd::Sent { .. }) && counted != CallOutcome::Failure && !broke;
     (Posted { end, clean, broke }, finish)
+}
+
+/// One fenced write of the send slot's `busy_until` during the previous POST;
+/// answers when it was sent (a failure is left for the gate pass before the POST).
+async fn arm_early(input: &TurnInput, fence: i64, busy_for: Duration) -> Option<Instant> {
+    let sent = Instant::now();
+    let armed = input.ports.gates.arm(input.channel, input.slot, fence, busy_for).await;
+    metrics::turn_step(input.channel, "arm", sent.elapsed());
+    armed.ok().map(|()| sent)
 }
 
 /// After the gate (which may have waited or armed): the POST must fit in the lease too.
