@@ -100,7 +100,7 @@ async fn three_pods_deliver_ten_thousand_messages_exactly_once() {
         ensure!(per_pod.values().all(|n| *n <= 2), "fair share: at most ceil(4/3) each: {per_pod:?}");
 
         let url = format!("http://{}/metrics", c.pods[0].http);
-        let metrics = reqwest::get(&url).await?.text().await?;
+        let metrics = cabine::harness::http_client().get(&url).send().await?.text().await?;
         for name in [
             "cabine_slots{channel=\"cpm\",state=\"holding\"}",
             "cabine_slots{channel=\"cpm\",state=\"standby\"}",
@@ -211,7 +211,7 @@ fn actors(tree: &Value, out: &mut BTreeMap<String, (u64, u64, Option<i64>, Strin
 
 async fn restart(c: &LocalCluster, id: &str, token: Option<&str>) -> anyhow::Result<u16> {
     let url = format!("http://{}/actors/{id}/restart", c.pods[0].http);
-    let mut request = reqwest::Client::new().post(url);
+    let mut request = cabine::harness::http_client().post(url);
     if let Some(t) = token {
         request = request.bearer_auth(t);
     }

@@ -16,7 +16,7 @@ mod tls;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use bus_reader::{Arrivals, BusReader};
 pub use cluster::{ClusterError, ClusterSpec, LocalCluster};
@@ -26,6 +26,35 @@ pub use postgres_server::{PostgresServer, PostgresServerError};
 pub use redis_server::{RedisServer, RedisServerError, delete_keys_under};
 pub use sim_process::{SimControl, SimProcess, SimProcessError};
 pub use tls::{ServerTls, TestPki};
+
+/// The longest a child process (pod, simulator) may take to print its address
+/// line: past it the rig fails naming the process instead of waiting forever.
+pub const STARTUP_BOUND: Duration = Duration::from_secs(30);
+
+/// The longest one rig HTTP request (a pod's status, the simulator's control
+/// API) may take, connection included.
+pub const REQUEST_BOUND: Duration = Duration::from_secs(10);
+
+/// The rig's HTTP client: every request bounded by [`REQUEST_BOUND`].
+pub fn http_client() -> reqwest::Client {
+    crate::install_crypto_provider();
+    reqwest::Client::builder().timeout(REQUEST_BOUND).build().expect("a plain HTTP client")
+}
+
+/// Reads a child's first stdout line within [`STARTUP_BOUND`]: `Ok(None)` when
+/// it closed stdout first, `Err` naming `what` when it printed nothing in time.
+pub async fn first_line<R>(what: &str, lines: &mut tokio::io::Lines<R>) -> std::io::Result<Option<String>>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    match tokio::time::timeout(STARTUP_BOUND, lines.next_line()).await {
+        Ok(line) => line,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{what} printed no address line within {STARTUP_BOUND:?}"),
+        )),
+    }
+}
 
 /// A name no other test or run on this machine uses: `{tag}_{pid}_{n}_{nanos}`, lowercase.
 pub fn unique_name(tag: &str) -> String {
