@@ -207,7 +207,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A check; its detail (often a client's error text) shows no credential.
 fn check(ok: bool, detail: impl Into<String>) -> Check {
     let checked_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    Check { ok, detail: detail.into(), checked_at_ms }
+    Check { ok, detail: crate::config::mask_credentials(&detail.into()), checked_at_ms }
 }

@@ -98,6 +98,7 @@ impl ClusterSource {
             Ok(slots) => view.slots = slots,
             Err(e) => view.errors.push(format!("slot_cursor: {e}")),
         }
+        view.errors = view.errors.iter().map(|e| crate::config::mask_credentials(e)).collect();
         view
     }
 
