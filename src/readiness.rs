@@ -1,5 +1,7 @@
-//! Readiness: a background probe of Redis, Postgres (and its migrations) and
-//! NATS whose latest result `/health/ready` serves and `/metrics` exports.
+//! Readiness: a background probe of Redis, Postgres (and its migrations), NATS
+//! (and the JetStream streams this deployment uses) whose latest result
+//! `/health/ready` serves and `/metrics` exports. A missing stream is one
+//! failing check naming it, not a warning per row the publisher cannot send.
 //!
 //! Probing in the background keeps the endpoint instant and gives the gauges a
 //! steady cadence; a stopping pod reports not-ready at once, whatever the probe says.
@@ -95,6 +97,8 @@ pub struct DependencyProbe {
     /// Why Redis could not be reached last (a refused certificate, a refused
     /// connection): a failed PING says only that it timed out.
     redis_refusal: Arc<Mutex<Option<String>>>,
+    /// The JetStream streams that must exist (`jetstream` check); none: no such check.
+    streams: Vec<String>,
 }
 
 impl DependencyProbe {
@@ -110,7 +114,13 @@ impl DependencyProbe {
             *lock(&connected) = None;
             async { Ok(()) }
         });
-        DependencyProbe { redis, postgres, nats, timeout, redis_refusal }
+        DependencyProbe { redis, postgres, nats, timeout, redis_refusal, streams: Vec::new() }
+    }
+
+    /// Also checks that these JetStream streams exist (check `jetstream`).
+    pub fn with_streams(mut self, streams: Vec<String>) -> Self {
+        self.streams = streams;
+        self
     }
 
     pub async fn check_all(&self) -> BTreeMap<String, Check> {
@@ -120,8 +130,40 @@ impl DependencyProbe {
         let (postgres, migrations) = pg;
         checks.insert("postgres".to_owned(), postgres);
         checks.insert("migrations".to_owned(), migrations);
+        if !self.streams.is_empty() {
+            let streams = match nats.ok {
+                true => self.check_streams().await,
+                false => check(false, "unknown: nats unreachable"),
+            };
+            checks.insert("jetstream".to_owned(), streams);
+        }
         checks.insert("nats".to_owned(), nats);
         checks
+    }
+
+    /// Every stream of [`DependencyProbe::with_streams`] exists; else one failure naming the missing ones.
+    async fn check_streams(&self) -> Check {
+        let js = async_nats::jetstream::new(self.nats.clone());
+        let mut missing = Vec::new();
+        for name in &self.streams {
+            match tokio::time::timeout(self.timeout, js.get_stream(name)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if stream_not_found(&e) => missing.push(name.as_str()),
+                Ok(Err(e)) => return check(false, format!("stream {name}: {e}")),
+                Err(_) => return check(false, format!("stream {name}: no answer within {:?}", self.timeout)),
+            }
+        }
+        if missing.is_empty() {
+            return check(true, format!("streams {}", self.streams.join(", ")));
+        }
+        check(
+            false,
+            format!(
+                "missing stream(s) {}: nothing can be published to or pulled from them; \
+                 run `cabine migrate` or set postgres.migrate_on_start = true",
+                missing.join(", ")
+            ),
+        )
     }
 
     async fn check_redis(&self) -> Check {
@@ -169,6 +211,13 @@ impl DependencyProbe {
             other => check(false, format!("{other:?}")),
         }
     }
+}
+
+/// JetStream answered that the stream does not exist (error 10059).
+fn stream_not_found(e: &async_nats::jetstream::context::GetStreamError) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    use async_nats::jetstream::context::GetStreamErrorKind;
+    matches!(e.kind(), GetStreamErrorKind::JetStream(js) if js.error_code() == ErrorCode::STREAM_NOT_FOUND)
 }
 
 /// Probes every `interval` for the life of the process.

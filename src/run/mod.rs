@@ -44,11 +44,33 @@ pub async fn migrate(settings: Settings) -> anyhow::Result<()> {
     let version = db::migrate(&pool, &settings.postgres.schema).await.context("postgres migrations")?;
     tracing::info!(schema = %settings.postgres.schema, ?version, "postgres migrations applied");
     let nats = connect_nats_now(&settings).await?;
+    create_streams(&settings, &nats).await?;
+    Ok(())
+}
+
+/// The deployment's JetStream streams, created or updated (idempotent).
+async fn create_streams(settings: &Settings, nats: &async_nats::Client) -> anyhow::Result<()> {
     let subjects = bus::Subjects::new(&settings.nats, &settings.cluster.ispb);
     let channels: Vec<&str> = settings.enabled_channels().map(|(id, _)| id.as_str()).collect();
-    bus::ensure_streams(&nats, &settings.nats, &subjects, &channels).await.context("jetstream streams")?;
-    tracing::info!("jetstream streams ready");
+    bus::ensure_streams(nats, &settings.nats, &subjects, &channels).await.context("jetstream streams")?;
+    tracing::info!(streams = ?bus::stream_names(settings), "jetstream streams ready");
     Ok(())
+}
+
+/// `postgres.migrate_on_start`, the streams' half: created in the background,
+/// retried with backoff while NATS is unreachable (readiness names them missing meanwhile).
+fn spawn_stream_creation(settings: Arc<Settings>, nats: async_nats::Client) {
+    tokio::spawn(async move {
+        let attempt = || async { create_streams(&settings, &nats).await };
+        let backoff = ExponentialBuilder::default()
+            .with_jitter()
+            .with_max_delay(std::time::Duration::from_secs(5))
+            .without_max_times();
+        let _ = attempt
+            .retry(backoff)
+            .notify(|e, after| tracing::warn!(error = format!("{e:#}"), ?after, "streams not created yet; retrying"))
+            .await;
+    });
 }
 
 async fn connect_nats_now(settings: &Settings) -> anyhow::Result<async_nats::Client> {
@@ -70,10 +92,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     }
     if settings.postgres.migrate_on_start {
         migrate_with_retry(&deps.postgres, &settings.postgres.schema).await;
+        spawn_stream_creation(settings.clone(), deps.nats.clone());
     }
     let readiness = Readiness::default();
     let probe =
-        DependencyProbe::new(deps.redis.clone(), deps.postgres.clone(), deps.nats.clone(), settings.http.probe_timeout);
+        DependencyProbe::new(deps.redis.clone(), deps.postgres.clone(), deps.nats.clone(), settings.http.probe_timeout)
+            .with_streams(bus::stream_names(&settings));
     readiness::spawn_probe_loop(probe, readiness.clone(), settings.http.probe_interval);
 
     let adapters = match Adapters::build(&settings, &deps, &pod_id) {
