@@ -41,17 +41,22 @@ pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder().timeout(REQUEST_BOUND).build().expect("a plain HTTP client")
 }
 
-/// Reads a child's first stdout line within [`STARTUP_BOUND`]: `Ok(None)` when
-/// it closed stdout first, `Err` naming `what` when it printed nothing in time.
-pub async fn first_line<R>(what: &str, lines: &mut tokio::io::Lines<R>) -> std::io::Result<Option<String>>
+/// Reads a child's first stdout line within `within`: `Ok(None)` when it
+/// closed stdout first, `Err` naming `what` when it printed nothing in time (a
+/// child stuck or stopped before it listens must not hold a test forever).
+pub async fn first_line<R>(
+    what: &str,
+    lines: &mut tokio::io::Lines<R>,
+    within: Duration,
+) -> std::io::Result<Option<String>>
 where
     R: tokio::io::AsyncBufRead + Unpin,
 {
-    match tokio::time::timeout(STARTUP_BOUND, lines.next_line()).await {
+    match tokio::time::timeout(within, lines.next_line()).await {
         Ok(line) => line,
         Err(_) => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
-            format!("{what} printed no address line within {STARTUP_BOUND:?}"),
+            format!("{what} printed no address line within {within:?}"),
         )),
     }
 }
@@ -86,4 +91,35 @@ pub fn isolated_env(name: &str) -> Vec<(String, String)> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    #[tokio::test]
+    async fn a_child_that_never_prints_its_address_fails_the_rig_within_the_bound() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 30"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let started = tokio::time::Instant::now();
+        let e = super::first_line("pod", &mut lines, Duration::from_millis(300)).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(e.to_string(), "pod printed no address line within 300ms");
+        child.kill().await.unwrap();
+        let mut quick =
+            tokio::process::Command::new("sh").args(["-c", "echo ok"]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut lines = BufReader::new(quick.stdout.take().unwrap()).lines();
+        let line = super::first_line("pod", &mut lines, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(line.as_deref(), Some("ok"));
+        quick.wait().await.unwrap();
+    }
 }

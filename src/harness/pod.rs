@@ -41,7 +41,7 @@ impl Pod {
         let mut child = cmd.spawn().map_err(|e| PodError::Spawn(exe.display().to_string(), e))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
-        let line = match super::first_line("pod", &mut lines).await {
+        let line = match super::first_line("pod", &mut lines, super::STARTUP_BOUND).await {
             Ok(Some(line)) => line,
             Ok(None) => return Err(PodError::NoAddress(child.try_wait()?)),
             Err(e) => {

@@ -49,7 +49,7 @@ impl SimProcess {
         let mut child = cmd.spawn().map_err(|e| SimProcessError::Spawn(exe.display().to_string(), e))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
-        let line = match super::first_line("simulator", &mut lines).await {
+        let line = match super::first_line("simulator", &mut lines, super::STARTUP_BOUND).await {
             Ok(line) => line.ok_or(SimProcessError::NoAddress)?,
             Err(e) => {
                 let _ = child.start_kill();
