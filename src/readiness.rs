@@ -99,7 +99,14 @@ pub struct DependencyProbe {
     redis_refusal: Arc<Mutex<Option<String>>>,
     /// The JetStream streams that must exist (`jetstream` check); none: no such check.
     streams: Vec<String>,
+    /// The last `jetstream` check that found every stream, and when: streams are
+    /// not deleted in the normal course of things, so it is re-asked only every
+    /// [`STREAMS_RECHECK`] (a failing check is re-asked every probe).
+    streams_seen: Arc<Mutex<Option<(tokio::time::Instant, Check)>>>,
 }
+
+/// How long a `jetstream` check that found every stream is reused.
+const STREAMS_RECHECK: Duration = Duration::from_secs(10);
 
 impl DependencyProbe {
     /// Starts listening for the Redis client's connection errors.
@@ -114,7 +121,15 @@ impl DependencyProbe {
             *lock(&connected) = None;
             async { Ok(()) }
         });
-        DependencyProbe { redis, postgres, nats, timeout, redis_refusal, streams: Vec::new() }
+        DependencyProbe {
+            redis,
+            postgres,
+            nats,
+            timeout,
+            redis_refusal,
+            streams: Vec::new(),
+            streams_seen: Arc::default(),
+        }
     }
 
     /// Also checks that these JetStream streams exist (check `jetstream`).
@@ -132,13 +147,24 @@ impl DependencyProbe {
         checks.insert("migrations".to_owned(), migrations);
         if !self.streams.is_empty() {
             let streams = match nats.ok {
-                true => self.check_streams().await,
+                true => self.streams_check().await,
                 false => check(false, "unknown: nats unreachable"),
             };
             checks.insert("jetstream".to_owned(), streams);
         }
         checks.insert("nats".to_owned(), nats);
         checks
+    }
+
+    /// The last good `jetstream` check while it is recent, else a fresh one.
+    async fn streams_check(&self) -> Check {
+        let recent = lock(&self.streams_seen).clone().filter(|(at, _)| at.elapsed() < STREAMS_RECHECK);
+        if let Some((_, check)) = recent {
+            return check;
+        }
+        let fresh = self.check_streams().await;
+        *lock(&self.streams_seen) = fresh.ok.then(|| (tokio::time::Instant::now(), fresh.clone()));
+        fresh
     }
 
     /// Every stream of [`DependencyProbe::with_streams`] exists; else one failure naming the missing ones.
