@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ensures cabine's local dependencies: installs redis-server, postgresql,
-# nats-server, curl and openssl (the simulator's `--tls` RSA server key) from
+# nats-server, curl, openssl (the simulator's `--tls` RSA server key) and
+# prometheus (its `promtool` checks a live pod's /metrics in the tests) from
 # Debian packages when missing, starts the three services on loopback when
 # nothing listens on their ports, and makes Postgres accept root@127.0.0.1/test.
 # Idempotent: on a machine where all three already run it only checks.
@@ -26,6 +27,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# promtool (package prometheus) for the /metrics test; the Prometheus server it
+# ships is not wanted: policy-rc.d keeps the package from starting it.
+if ! need_cmd promtool; then
+  say "installing prometheus (for promtool; its server is not started)"
+  export DEBIAN_FRONTEND=noninteractive
+  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+  policy=/usr/sbin/policy-rc.d
+  had_policy=0; [ -e "$policy" ] && had_policy=1
+  [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; }
+  apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+  [ "$had_policy" = 1 ] || rm -f "$policy"
 fi
 
 if ! need_cmd cargo; then

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Parser;
 
 use cabine::cli::{Cli, Command};
-use cabine::config::Settings;
+use cabine::config::{Settings, mask_credentials};
 
 fn main() -> ExitCode {
     // Once, before anything can build a TLS config (reqwest, async-nats, the simulator).
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     let settings = match Settings::load(&cli.config_dir) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("{}", mask_credentials(&e.to_string()));
             return ExitCode::from(cabine::EXIT_CONFIG);
         }
     };
@@ -45,8 +45,9 @@ fn main() -> ExitCode {
             match outcome {
                 Ok(code) => code,
                 Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "cabine stopped on an error");
-                    eprintln!("error: {e:#}");
+                    let error = mask_credentials(&format!("{e:#}"));
+                    tracing::error!(%error, "cabine stopped on an error");
+                    eprintln!("error: {error}");
                     ExitCode::FAILURE
                 }
             }

@@ -1,6 +1,6 @@
 //! `cabine outbound …` and `cabine breaker reset`: the outbound operator
 //! endpoints of a running pod, called over HTTP. The pod is `--pod URL`
-//! (default: `http.bind`), the bearer token `--token` (default:
+//! (default: `http.operator_bind`, else `http.bind`), the bearer token `--token` (default:
 //! `http.admin_token`). The JSON answer goes to stdout and the exit code is 0
 //! on a 2xx; otherwise the answer goes to stderr and the exit code is 1.
 
@@ -19,7 +19,7 @@ use crate::outbound::ingress::{DEADLINE_CLASS_HEADER, DEADLINE_HEADER, PRIORITY_
 /// Which pod to ask, and with which token.
 #[derive(Debug, Clone, Args)]
 pub struct PodArgs {
-    /// Base URL of a pod's status server, e.g. `http://10.0.0.7:8080` (default: from `http.bind`).
+    /// Base URL of a pod's status server, e.g. `http://10.0.0.7:8080` (default: from `http.operator_bind`, else `http.bind`).
     #[arg(long, global = true)]
     pub pod: Option<String>,
     /// Bearer token of the changing endpoints (default: `http.admin_token`).
@@ -100,7 +100,7 @@ struct PodClient {
 
 impl PodClient {
     fn new(args: &PodArgs, settings: &Settings) -> anyhow::Result<PodClient> {
-        let base = args.pod.clone().unwrap_or_else(|| default_pod(settings.http.bind));
+        let base = args.pod.clone().unwrap_or_else(|| default_pod(settings.http.operator_addr()));
         let base = Url::parse(&base).with_context(|| format!("--pod {base:?} is not a URL"))?;
         if base.cannot_be_a_base() {
             bail!("--pod {base} cannot be a base URL");

@@ -1,5 +1,7 @@
-//! Readiness: a background probe of Redis, Postgres (and its migrations) and
-//! NATS whose latest result `/health/ready` serves and `/metrics` exports.
+//! Readiness: a background probe of Redis, Postgres (and its migrations), NATS
+//! (and the JetStream streams this deployment uses) whose latest result
+//! `/health/ready` serves and `/metrics` exports. A missing stream is one
+//! failing check naming it, not a warning per row the publisher cannot send.
 //!
 //! Probing in the background keeps the endpoint instant and gives the gauges a
 //! steady cadence; a stopping pod reports not-ready at once, whatever the probe says.
@@ -95,7 +97,16 @@ pub struct DependencyProbe {
     /// Why Redis could not be reached last (a refused certificate, a refused
     /// connection): a failed PING says only that it timed out.
     redis_refusal: Arc<Mutex<Option<String>>>,
+    /// The JetStream streams that must exist (`jetstream` check); none: no such check.
+    streams: Vec<String>,
+    /// The last `jetstream` check that found every stream, and when: streams are
+    /// not deleted in the normal course of things, so it is re-asked only every
+    /// [`STREAMS_RECHECK`] (a failing check is re-asked every probe).
+    streams_seen: Arc<Mutex<Option<(tokio::time::Instant, Check)>>>,
 }
+
+/// How long a `jetstream` check that found every stream is reused.
+const STREAMS_RECHECK: Duration = Duration::from_secs(10);
 
 impl DependencyProbe {
     /// Starts listening for the Redis client's connection errors.
@@ -110,7 +121,21 @@ impl DependencyProbe {
             *lock(&connected) = None;
             async { Ok(()) }
         });
-        DependencyProbe { redis, postgres, nats, timeout, redis_refusal }
+        DependencyProbe {
+            redis,
+            postgres,
+            nats,
+            timeout,
+            redis_refusal,
+            streams: Vec::new(),
+            streams_seen: Arc::default(),
+        }
+    }
+
+    /// Also checks that these JetStream streams exist (check `jetstream`).
+    pub fn with_streams(mut self, streams: Vec<String>) -> Self {
+        self.streams = streams;
+        self
     }
 
     pub async fn check_all(&self) -> BTreeMap<String, Check> {
@@ -120,8 +145,51 @@ impl DependencyProbe {
         let (postgres, migrations) = pg;
         checks.insert("postgres".to_owned(), postgres);
         checks.insert("migrations".to_owned(), migrations);
+        if !self.streams.is_empty() {
+            let streams = match nats.ok {
+                true => self.streams_check().await,
+                false => check(false, "unknown: nats unreachable"),
+            };
+            checks.insert("jetstream".to_owned(), streams);
+        }
         checks.insert("nats".to_owned(), nats);
         checks
+    }
+
+    /// The last good `jetstream` check while it is recent, else a fresh one.
+    async fn streams_check(&self) -> Check {
+        let recent = lock(&self.streams_seen).clone().filter(|(at, _)| at.elapsed() < STREAMS_RECHECK);
+        if let Some((_, check)) = recent {
+            return check;
+        }
+        let fresh = self.check_streams().await;
+        *lock(&self.streams_seen) = fresh.ok.then(|| (tokio::time::Instant::now(), fresh.clone()));
+        fresh
+    }
+
+    /// Every stream of [`DependencyProbe::with_streams`] exists; else one failure naming the missing ones.
+    async fn check_streams(&self) -> Check {
+        let js = async_nats::jetstream::new(self.nats.clone());
+        let mut missing = Vec::new();
+        for name in &self.streams {
+            match tokio::time::timeout(self.timeout, js.get_stream(name)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if stream_not_found(&e) => missing.push(name.as_str()),
+                Ok(Err(e)) => return check(false, format!("stream {name}: {e}")),
+                Err(_) => return check(false, format!("stream {name}: no answer within {:?}", self.timeout)),
+            }
+        }
+        if missing.is_empty() {
+            return check(true, format!("streams {}", self.streams.join(", ")));
+        }
+        check(
+            false,
+            format!(
+                "missing stream(s) {}: nothing can be published to or pulled from them; \
+                 run `cabine migrate` or set postgres.migrate_on_start = true",
+                missing.join(", ")
+            ),
+        )
     }
 
     async fn check_redis(&self) -> Check {
@@ -171,6 +239,13 @@ impl DependencyProbe {
     }
 }
 
+/// JetStream answered that the stream does not exist (error 10059).
+fn stream_not_found(e: &async_nats::jetstream::context::GetStreamError) -> bool {
+    use async_nats::jetstream::ErrorCode;
+    use async_nats::jetstream::context::GetStreamErrorKind;
+    matches!(e.kind(), GetStreamErrorKind::JetStream(js) if js.error_code() == ErrorCode::STREAM_NOT_FOUND)
+}
+
 /// Probes every `interval` for the life of the process.
 pub fn spawn_probe_loop(
     probe: DependencyProbe,
@@ -207,7 +282,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A check; its detail (often a client's error text) shows no credential.
 fn check(ok: bool, detail: impl Into<String>) -> Check {
     let checked_at_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    Check { ok, detail: detail.into(), checked_at_ms }
+    Check { ok, detail: crate::config::mask_credentials(&detail.into()), checked_at_ms }
 }

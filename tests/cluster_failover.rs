@@ -45,7 +45,8 @@ async fn alerts(c: &LocalCluster, i: usize, kind: &str) -> anyhow::Result<Vec<Va
 
 /// The value of the first `/metrics` line of `name` whose labels include every one of `labels`.
 async fn metric(c: &LocalCluster, i: usize, name: &str, labels: &[&str]) -> anyhow::Result<Option<f64>> {
-    let text = reqwest::get(format!("http://{}/metrics", c.pods[i].http)).await?.text().await?;
+    let text =
+        cabine::harness::http_client().get(format!("http://{}/metrics", c.pods[i].http)).send().await?.text().await?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|want| l.contains(want)))

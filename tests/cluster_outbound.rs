@@ -378,7 +378,12 @@ async fn above_max_queued_the_dispatchers_stop_pulling_and_say_so() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let stored: i64 = statuses(c).await?.values().sum();
         ensure!((50..=50 + 20).contains(&stored), "stops pulling past max_queued: {stored} stored");
-        let metrics = reqwest::get(format!("http://{}/metrics", c.pods[0].http)).await?.text().await?;
+        let metrics = cabine::harness::http_client()
+            .get(format!("http://{}/metrics", c.pods[0].http))
+            .send()
+            .await?
+            .text()
+            .await?;
         ensure!(metrics.lines().any(|l| l.starts_with("cabine_outbound_backpressure") && l.ends_with(" 1")), "metric");
         c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 0.0})).await?;
         b.reset(ChannelId::Cpm).await?;
@@ -413,7 +418,8 @@ async fn a_post_aborted_by_a_restart_is_waited_out_by_the_next_holder_of_its_sen
             tokio::time::sleep(Duration::from_millis(700)).await;
             let Some(holder) = sender_holding(c).await? else { continue };
             let url = format!("http://{}/actors/{holder}/restart", c.pods[0].http);
-            let status = reqwest::Client::new().post(url).bearer_auth(cluster_support::TOKEN).send().await?.status();
+            let status =
+                cabine::harness::http_client().post(url).bearer_auth(cluster_support::TOKEN).send().await?.status();
             ensure!(status.is_success(), "restart {holder}: {status}");
             restarts += 1;
         }

@@ -305,6 +305,37 @@ mod tests {
             }
         }
 
+        /// Never a pod silently idle: with every slot held and a warm pod below its
+        /// quota, some other pod (over its own quota) hands a slot over at its next
+        /// poll, as the views of every pod agree (issue 11, the flaky cluster test).
+        #[test]
+        fn a_warm_pod_below_its_quota_while_every_slot_is_held_is_always_handed_one(
+            slots in 1u8..=6,
+            pods in 2usize..=6,
+            cool_mask in 0u32..64,
+            cuts in proptest::collection::vec(0u8..=6, 5),
+        ) {
+            let ids: Vec<String> = (0..pods).map(|i| format!("pod-{i}")).collect();
+            // Every slot held: slot n goes to the pod whose range covers it (cut points sorted).
+            let mut bounds: Vec<u8> = cuts.iter().take(pods - 1).map(|c| c % (slots + 1)).collect();
+            bounds.sort_unstable();
+            bounds.insert(0, 0);
+            bounds.push(slots);
+            let held: Vec<Vec<u8>> = (0..pods).map(|i| (bounds[i] + 1..=bounds[i + 1]).collect()).collect();
+            let cools = |i: usize| cool_mask & (1 << i) != 0;
+            let beats: Vec<PodBeat> = ids.iter().enumerate().map(|(i, id)| {
+                if cools(i) { cooling(beat(id, &held[i]), &[1]) } else { beat(id, &held[i]) }
+            }).collect();
+            let view = |i: usize| share_of(&ids[i], &beats, slots, cools(i));
+            let idle = (0..pods).find(|x| !cools(*x) && held[*x].len() < view(0).quota(&ids[*x]));
+            if let Some(x) = idle {
+                let handed = (0..pods).filter(|y| *y != x).any(|y| {
+                    held[y].iter().any(|n| view(y).must_hand_over(*n, &held[y]))
+                });
+                prop_assert!(handed, "{} holds {:?} below its quota and nobody hands one over: {:?}", ids[x], held[x], held);
+            }
+        }
+
         #[test]
         fn quotas_sum_to_the_pool_and_never_exceed_the_ceiling(slots in 1u8..=6, pods in 1usize..=8) {
             let beats: Vec<PodBeat> = (0..pods).map(|i| beat(&format!("pod-{i}"), &[])).collect();

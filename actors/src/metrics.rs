@@ -153,6 +153,52 @@ pub fn watchdog_ready(channels: &[ChannelId]) {
     watchdog_alert("lag", None, None, false);
 }
 
+/// The outbound actors' metrics (dispatcher, senders, janitor, confirmer).
+fn describe_outbound() {
+    metrics::describe_counter!(
+        "cabine_outbound_intake_total",
+        "Outbound requests through the dispatcher's intake, by step (pulled, inserted, duplicate, invalid, ack_failed)."
+    );
+    metrics::describe_gauge!(
+        "cabine_outbound_backpressure",
+        "1 while the dispatcher stops pulling because outbound.max_queued rows wait; else 0."
+    );
+    metrics::describe_gauge!(
+        "cabine_outbound_queue_depth",
+        "Queued outbound rows at the last depth probe, by channel and priority."
+    );
+    metrics::describe_counter!(
+        "cabine_outbound_batches_total",
+        "Send batches (one POST each) finished, by channel and outcome."
+    );
+    metrics::describe_counter!(
+        "cabine_outbound_messages_total",
+        "Outbound messages in finished send batches, by channel and outcome."
+    );
+    metrics::describe_histogram!("cabine_outbound_send_seconds", "One POST to ICOM, by channel.");
+    metrics::describe_histogram!(
+        "cabine_outbound_turn_step_seconds",
+        "One step of a sender's turn (admit, take, draw, record, count, publish_wait, publish), by channel."
+    );
+    metrics::describe_histogram!(
+        "cabine_outbound_intake_step_seconds",
+        "One step of an intake round (pull: waiting on the bus; store: insert and acknowledge)."
+    );
+    metrics::describe_gauge!("cabine_outbound_senders_holding", "Send leases held by this pod's senders, by channel.");
+    metrics::describe_gauge!(
+        "cabine_outbound_breaker_state",
+        "The shared circuit breaker of a channel as last read: 0 closed, 1 degraded, 2 open, 3 half-open."
+    );
+    metrics::describe_counter!(
+        "cabine_outbound_record_abandoned_total",
+        "Sent messages whose outcome could not be recorded in time (Postgres down): their claims are recovered later."
+    );
+    metrics::describe_counter!(
+        "cabine_outbound_upkeep_total",
+        "Rows the janitor changed (expired, recovered, flagged, republished) or the confirmer applied, by job."
+    );
+}
+
 /// Describes the actors' metrics and shows the restart counters at zero, so
 /// dashboards see every series from the start.
 pub fn describe() {
@@ -173,6 +219,8 @@ pub fn describe() {
     metrics::describe_counter!("cabine_slot_orphans_adopted_total", "Free slots adopted beyond the fair share.");
     metrics::describe_gauge!("cabine_watchdog_alert", "Watchdog alerts up (1) or down (0), by kind, channel, slot.");
     metrics::describe_counter!("cabine_watchdog_alerts_total", "Watchdog alerts raised, by kind, channel, slot.");
+    metrics::describe_counter!("cabine_inbound_republished_total", "Inbox rows the leader's sweep published again.");
+    describe_outbound();
     for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper", "watchdog"] {
         metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);
     }

@@ -83,6 +83,17 @@ pub fn options(settings: &NatsSettings) -> Result<async_nats::ConnectOptions, Bu
     Ok(opts)
 }
 
+/// The streams a pod of `settings` uses: the inbound one, and with
+/// `outbound.enabled` the outbound work queue and the results stream.
+pub fn stream_names(settings: &crate::config::Settings) -> Vec<String> {
+    let n = &settings.nats;
+    let mut names = vec![n.inbound_stream.clone()];
+    if settings.outbound.enabled {
+        names.extend([n.outbound_stream.clone(), n.results_stream.clone()]);
+    }
+    names
+}
+
 /// Creates (or updates) the JetStream streams of this deployment. Idempotent.
 pub async fn ensure_streams(
     client: &async_nats::Client,

@@ -12,6 +12,7 @@ pub fn check_boot_invariants(s: &Settings) -> Result<(), ConfigError> {
     check_limits(s)?;
     check_publication(s)?;
     super::tls::check_store_tls(s)?;
+    super::access::check_access(s)?;
     super::tree::check_tree(s)?;
     super::outbound::check_outbound(s)
 }

@@ -5,7 +5,9 @@
 //! Loading is a pure function of (file texts, environment map) — [`Settings::from_sources`] —
 //! so tests pass a map instead of touching the process environment.
 
+mod access;
 mod invariants;
+mod mask;
 mod outbound;
 mod secret;
 mod tls;
@@ -19,8 +21,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use access::{DEFAULT_ADMIN_TOKEN, MIN_TOKEN_LEN};
 pub use cabine_actors::domain::{ChannelId, Ispb, PoolSize};
 pub use invariants::check_boot_invariants;
+pub use mask::mask_credentials;
 pub use outbound::{
     BreakerSettings, BucketChannelSettings, BucketSettings, DeadlineSettings, OutboundSettings, minutes_of_day,
 };
@@ -97,8 +101,19 @@ pub struct LogSettings {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpSettings {
+    /// Health, readiness and `/metrics` — and the operator endpoints too unless `operator_bind` is set.
     pub bind: SocketAddr,
+    /// Bearer token of the endpoints that change things (send, reprocess, breaker reset, actor
+    /// restart); it also reads. Off loopback it must be set, not the default (exit 64).
     pub admin_token: Secret,
+    /// Bearer token of the endpoints that read payment data (`GET /v1/outbound…`). Empty: those
+    /// reads are open, which only a loopback operator listener allows (exit 64 otherwise).
+    #[serde(default)]
+    pub read_token: Secret,
+    /// The operator endpoints' own listener (`/actors`, `/cluster`, `/v1/…`), apart from health
+    /// and metrics on `bind`; unset: everything on `bind`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_bind: Option<SocketAddr>,
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
     #[serde(with = "humantime_serde")]
@@ -300,6 +315,13 @@ pub struct TimingSettings {
     pub sweep_interval: Duration,
 }
 
+impl HttpSettings {
+    /// Where the operator endpoints listen: `operator_bind`, else `bind`.
+    pub fn operator_addr(&self) -> SocketAddr {
+        self.operator_bind.unwrap_or(self.bind)
+    }
+}
+
 impl TimingSettings {
     /// The longest any single ICOM request may take.
     pub fn longest_request(&self) -> Duration {
@@ -378,7 +400,7 @@ impl Settings {
     }
 }
 
-/// A rendering of [`Settings`] whose URLs have any embedded password masked.
+/// A rendering of [`Settings`] whose URLs show no credential ([`mask_credentials`]).
 #[derive(Serialize)]
 struct Redacted {
     #[serde(flatten)]
@@ -388,34 +410,13 @@ struct Redacted {
 impl From<&Settings> for Redacted {
     fn from(s: &Settings) -> Self {
         let mut settings = s.clone();
-        settings.redis.url = mask_url_password(&settings.redis.url);
-        settings.postgres.url = mask_url_password(&settings.postgres.url);
-        settings.nats.url = mask_url_password(&settings.nats.url);
+        for url in [&mut settings.redis.url, &mut settings.postgres.url, &mut settings.nats.url] {
+            *url = mask_credentials(url);
+        }
+        for channel in settings.icom.channels.values_mut() {
+            channel.base_url = mask_credentials(&channel.base_url);
+        }
         Redacted { settings }
-    }
-}
-
-/// `scheme://user:pw@host` → `scheme://user:[redacted]@host`; anything else unchanged.
-pub fn mask_url_password(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return url.to_owned() };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else { return url.to_owned() };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!("{}{}:[redacted]{}", &url[..scheme_end + 3], &userinfo[..colon], &rest[at..]),
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn masks_passwords_in_urls() {
-        assert_eq!(mask_url_password("postgres://u:pw@h/db"), "postgres://u:[redacted]@h/db");
-        assert_eq!(mask_url_password("redis://h:6379"), "redis://h:6379");
-        assert_eq!(mask_url_password("nats://tok@h"), "nats://tok@h");
     }
 }
 

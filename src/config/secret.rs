@@ -10,8 +10,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 const REDACTED: &str = "[redacted]";
 
-/// A private string. `Debug`, `Display` and `Serialize` all print `[redacted]`.
-#[derive(Clone, PartialEq, Eq)]
+/// A private string. `Debug`, `Display` and `Serialize` all print `[redacted]`;
+/// the default is empty (not set).
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Secret(String);
 
 impl Secret {

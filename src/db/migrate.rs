@@ -8,6 +8,11 @@ refinery::embed_migrations!("migrations");
 /// Arbitrary constant shared by every cabine process: the migration lock's key.
 const MIGRATION_LOCK_KEY: i64 = 0x6361_6269_6e65; // "cabine"
 
+/// The longest a migrator waits for another's lock (one key for every schema of
+/// a server): past it the attempt fails naming the lock, and `migrate_on_start`
+/// retries, instead of waiting forever behind a stuck session.
+const MIGRATION_LOCK_WAIT: &str = "60s";
+
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
     #[error("postgres unavailable: {0}")]
@@ -22,7 +27,10 @@ pub enum MigrateError {
 pub async fn migrate(pool: &Pool, schema: &str) -> Result<Option<i64>, MigrateError> {
     let mut conn = pool.get().await?;
     conn.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}")).await?;
-    conn.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY]).await?;
+    conn.batch_execute(&format!("SET lock_timeout = '{MIGRATION_LOCK_WAIT}'")).await?;
+    let locked = conn.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY]).await;
+    conn.batch_execute("RESET lock_timeout").await?;
+    locked?;
     let client: &mut tokio_postgres::Client = &mut conn;
     let outcome = migrations::runner().set_abort_divergent(true).run_async(client).await;
     conn.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY]).await?;

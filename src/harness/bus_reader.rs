@@ -31,6 +31,13 @@ pub struct BusReader {
 impl BusReader {
     /// Reads every message of `stream` on subjects `filter` from its start.
     pub async fn start(client: async_nats::Client, stream: &str, filter: &str) -> Result<BusReader, String> {
+        let bound = super::STARTUP_BOUND;
+        tokio::time::timeout(bound, Self::open(client, stream, filter))
+            .await
+            .unwrap_or_else(|_| Err(format!("reader of {stream} not started within {bound:?}")))
+    }
+
+    async fn open(client: async_nats::Client, stream: &str, filter: &str) -> Result<BusReader, String> {
         let js = async_nats::jetstream::new(client);
         let stream = js.get_stream(stream).await.map_err(|e| format!("inbound stream: {e}"))?;
         let config = OrderedConfig {

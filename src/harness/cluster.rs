@@ -20,6 +20,17 @@ pub enum ClusterError {
     Pod(#[from] PodError),
     #[error("setup: {0}")]
     Setup(String),
+    /// A step of the rig did not end within its bound.
+    #[error("{what} did not end within {within:?}")]
+    TimedOut { what: String, within: Duration },
+}
+
+/// Bound on the rig's own store calls (migrations, a count, dropping the schema).
+const STORE_BOUND: Duration = Duration::from_secs(30);
+
+/// `f` within `within`, else [`ClusterError::TimedOut`] naming `what`.
+pub async fn within<T>(what: &str, within: Duration, f: impl Future<Output = T>) -> Result<T, ClusterError> {
+    tokio::time::timeout(within, f).await.map_err(|_| ClusterError::TimedOut { what: what.to_owned(), within })
 }
 
 /// What to start.
@@ -90,9 +101,13 @@ impl LocalCluster {
         let map: HashMap<String, String> = env.iter().cloned().collect();
         let settings =
             Settings::from_sources(DEFAULT_TOML, None, &map).map_err(|e| ClusterError::Setup(e.to_string()))?;
-        crate::run::migrate(settings.clone()).await.map_err(|e| ClusterError::Setup(format!("migrate: {e:#}")))?;
+        within("cabine migrate", STORE_BOUND, crate::run::migrate(settings.clone()))
+            .await?
+            .map_err(|e| ClusterError::Setup(format!("migrate: {e:#}")))?;
         let postgres = crate::db::pool(&settings.postgres).map_err(|e| ClusterError::Setup(e.to_string()))?;
-        let nats = async_nats::connect(&settings.nats.url).await.map_err(|e| ClusterError::Setup(e.to_string()))?;
+        let nats = within("connecting to NATS", STORE_BOUND, crate::bus::connect_now(&settings.nats))
+            .await?
+            .map_err(|e| ClusterError::Setup(e.to_string()))?;
         let mut cluster = LocalCluster {
             name,
             exe: exe.to_owned(),
@@ -125,27 +140,30 @@ impl LocalCluster {
 
     /// `SELECT count(*) FROM inbox WHERE {filter}`.
     pub async fn inbox_count(&self, filter: &str) -> Result<i64, ClusterError> {
-        let conn = self.postgres.get().await.map_err(|e| ClusterError::Setup(e.to_string()))?;
-        let row = conn
-            .query_one(&format!("SELECT count(*) FROM inbox WHERE {filter}"), &[])
-            .await
-            .map_err(|e| ClusterError::Setup(e.to_string()))?;
-        Ok(row.get(0))
+        let query = format!("SELECT count(*) FROM inbox WHERE {filter}");
+        let rows = self.query(&query).await?;
+        Ok(rows.first().map_or(0, |r| r.get(0)))
     }
 
     /// Every resource id in the inbox.
     pub async fn inbox_ids(&self) -> Result<Vec<String>, ClusterError> {
-        let conn = self.postgres.get().await.map_err(|e| ClusterError::Setup(e.to_string()))?;
-        let rows =
-            conn.query("SELECT resource_id FROM inbox", &[]).await.map_err(|e| ClusterError::Setup(e.to_string()))?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(self.query("SELECT resource_id FROM inbox").await?.iter().map(|r| r.get(0)).collect())
     }
 
-    /// `GET {path}` on pod `i`'s status server, as JSON.
+    /// One statement on the cluster's schema, pool wait included, within [`STORE_BOUND`].
+    pub async fn query(&self, sql: &str) -> Result<Vec<tokio_postgres::Row>, ClusterError> {
+        within(sql, STORE_BOUND, async {
+            let conn = self.postgres.get().await.map_err(|e| ClusterError::Setup(e.to_string()))?;
+            conn.query(sql, &[]).await.map_err(|e| ClusterError::Setup(e.to_string()))
+        })
+        .await?
+    }
+
+    /// `GET {path}` on pod `i`'s operator listener, as JSON (within [`super::REQUEST_BOUND`]).
     pub async fn pod_json(&self, i: usize, path: &str) -> Result<Value, ClusterError> {
-        let url = format!("http://{}{path}", self.pods[i].http);
-        let r = reqwest::get(&url).await.map_err(|e| ClusterError::Setup(e.to_string()))?;
-        r.json().await.map_err(|e| ClusterError::Setup(e.to_string()))
+        let url = format!("http://{}{path}", self.pods[i].operator);
+        let r = super::http_client().get(&url).send().await.map_err(|e| ClusterError::Setup(format!("{url}: {e}")))?;
+        r.json().await.map_err(|e| ClusterError::Setup(format!("{url}: {e}")))
     }
 
     /// The bus subject filter of every inbound message of this cluster.
@@ -153,7 +171,9 @@ impl LocalCluster {
         crate::bus::Subjects::new(&self.settings.nats, &self.settings.cluster.ispb).inbound_all()
     }
 
-    /// Kills the pods and the simulator, drops the schema, the streams and the Redis keys.
+    /// Kills the pods and the simulator, drops the schema, the streams and the
+    /// Redis keys; each step bounded (a store that does not answer leaves its
+    /// leftovers, named on stderr, rather than hang the test).
     pub async fn cleanup(mut self) {
         for pod in &mut self.pods {
             let _ = pod.child.start_kill();
@@ -161,17 +181,30 @@ impl LocalCluster {
         }
         let _ = self.sim.child.start_kill();
         let schema = &self.settings.postgres.schema;
-        if let Ok(conn) = self.postgres.get().await {
-            let _ = conn.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
-        }
+        let drop = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+        let dropped = self.query(&drop).await;
         let js = async_nats::jetstream::new(self.nats.clone());
         let n = &self.settings.nats;
+        let mut left = vec![dropped.err().map(|e| e.to_string())];
         for stream in [&n.inbound_stream, &n.outbound_stream, &n.results_stream] {
-            let _ = js.delete_stream(stream).await;
+            left.push(
+                within(&format!("deleting stream {stream}"), STORE_BOUND, js.delete_stream(stream))
+                    .await
+                    .err()
+                    .map(|e| e.to_string()),
+            );
         }
-        if let Ok(redis) = crate::redis::connect(&self.settings.redis) {
-            let _ = fred::interfaces::ClientLike::wait_for_connect(&redis).await;
-            let _ = super::delete_keys_under(&redis, &self.settings.redis.prefix).await;
+        let keys = async {
+            let redis = crate::redis::connect(&self.settings.redis).map_err(|e| e.to_string())?;
+            fred::interfaces::ClientLike::wait_for_connect(&redis).await.map_err(|e| e.to_string())?;
+            super::delete_keys_under(&redis, &self.settings.redis.prefix).await.map(|_| ()).map_err(|e| e.to_string())
+        };
+        left.push(match within("deleting the Redis keys", STORE_BOUND, keys).await {
+            Ok(r) => r.err(),
+            Err(e) => Some(e.to_string()),
+        });
+        for why in left.into_iter().flatten() {
+            eprintln!("cleanup of {}: {why}", self.name);
         }
     }
 }

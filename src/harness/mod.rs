@@ -16,7 +16,7 @@ mod tls;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use bus_reader::{Arrivals, BusReader};
 pub use cluster::{ClusterError, ClusterSpec, LocalCluster};
@@ -26,6 +26,40 @@ pub use postgres_server::{PostgresServer, PostgresServerError};
 pub use redis_server::{RedisServer, RedisServerError, delete_keys_under};
 pub use sim_process::{SimControl, SimProcess, SimProcessError};
 pub use tls::{ServerTls, TestPki};
+
+/// The longest a child process (pod, simulator) may take to print its address
+/// line: past it the rig fails naming the process instead of waiting forever.
+pub const STARTUP_BOUND: Duration = Duration::from_secs(30);
+
+/// The longest one rig HTTP request (a pod's status, the simulator's control
+/// API) may take, connection included.
+pub const REQUEST_BOUND: Duration = Duration::from_secs(10);
+
+/// The rig's HTTP client: every request bounded by [`REQUEST_BOUND`].
+pub fn http_client() -> reqwest::Client {
+    crate::install_crypto_provider();
+    reqwest::Client::builder().timeout(REQUEST_BOUND).build().expect("a plain HTTP client")
+}
+
+/// Reads a child's first stdout line within `within`: `Ok(None)` when it
+/// closed stdout first, `Err` naming `what` when it printed nothing in time (a
+/// child stuck or stopped before it listens must not hold a test forever).
+pub async fn first_line<R>(
+    what: &str,
+    lines: &mut tokio::io::Lines<R>,
+    within: Duration,
+) -> std::io::Result<Option<String>>
+where
+    R: tokio::io::AsyncBufRead + Unpin,
+{
+    match tokio::time::timeout(within, lines.next_line()).await {
+        Ok(line) => line,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{what} printed no address line within {within:?}"),
+        )),
+    }
+}
 
 /// A name no other test or run on this machine uses: `{tag}_{pid}_{n}_{nanos}`, lowercase.
 pub fn unique_name(tag: &str) -> String {
@@ -57,4 +91,35 @@ pub fn isolated_env(name: &str) -> Vec<(String, String)> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    #[tokio::test]
+    async fn a_child_that_never_prints_its_address_fails_the_rig_within_the_bound() {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 30"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let started = tokio::time::Instant::now();
+        let e = super::first_line("pod", &mut lines, Duration::from_millis(300)).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(e.to_string(), "pod printed no address line within 300ms");
+        child.kill().await.unwrap();
+        let mut quick =
+            tokio::process::Command::new("sh").args(["-c", "echo ok"]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut lines = BufReader::new(quick.stdout.take().unwrap()).lines();
+        let line = super::first_line("pod", &mut lines, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(line.as_deref(), Some("ok"));
+        quick.wait().await.unwrap();
+    }
 }

@@ -118,11 +118,4 @@ impl LocalCluster {
         let rows = self.query("SELECT status::text, count(*) FROM outbound GROUP BY 1").await?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
-
-    /// Runs a read-only query on the cluster's schema.
-    pub async fn query(&self, sql: &str) -> Result<Vec<tokio_postgres::Row>, super::ClusterError> {
-        let setup = |e: &dyn std::fmt::Display| super::ClusterError::Setup(e.to_string());
-        let conn = self.postgres.get().await.map_err(|e| setup(&e))?;
-        conn.query(sql, &[]).await.map_err(|e| setup(&e))
-    }
 }

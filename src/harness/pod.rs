@@ -26,7 +26,10 @@ pub enum PodError {
 /// A running pod.
 pub struct Pod {
     pub child: Child,
+    /// Health, readiness, metrics (and the operator endpoints unless they have their own listener).
     pub http: SocketAddr,
+    /// The operator endpoints (`/actors`, `/cluster`, `/v1/…`): `http` unless `http.operator_bind` is set.
+    pub operator: SocketAddr,
     pub pod_id: String,
 }
 
@@ -38,22 +41,27 @@ impl Pod {
         let mut child = cmd.spawn().map_err(|e| PodError::Spawn(exe.display().to_string(), e))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
-        let Some(line) = lines.next_line().await? else {
-            return Err(PodError::NoAddress(child.try_wait()?));
+        let line = match super::first_line("pod", &mut lines, super::STARTUP_BOUND).await {
+            Ok(Some(line)) => line,
+            Ok(None) => return Err(PodError::NoAddress(child.try_wait()?)),
+            Err(e) => {
+                let _ = child.start_kill();
+                return Err(e.into());
+            }
         };
         // Keep draining stdout so the child never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let v: serde_json::Value = serde_json::from_str(&line).map_err(|_| PodError::BadLine(line.clone()))?;
         let http = v["http"].as_str().and_then(|s| s.parse().ok()).ok_or_else(|| PodError::BadLine(line.clone()))?;
+        let operator = v["operator"].as_str().and_then(|s| s.parse().ok()).unwrap_or(http);
         let pod_id = v["pod_id"].as_str().unwrap_or_default().to_owned();
-        Ok(Pod { child, http, pod_id })
+        Ok(Pod { child, http, operator, pod_id })
     }
 
     /// Polls `/health/ready` until 200 or `timeout`.
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), PodError> {
         let url = format!("http://{}/health/ready", self.http);
-        crate::install_crypto_provider();
-        let client = reqwest::Client::new();
+        let client = super::http_client();
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last = String::from("no answer");
         while tokio::time::Instant::now() < deadline {

@@ -49,7 +49,13 @@ impl SimProcess {
         let mut child = cmd.spawn().map_err(|e| SimProcessError::Spawn(exe.display().to_string(), e))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
-        let line = lines.next_line().await?.ok_or(SimProcessError::NoAddress)?;
+        let line = match super::first_line("simulator", &mut lines, super::STARTUP_BOUND).await {
+            Ok(line) => line.ok_or(SimProcessError::NoAddress)?,
+            Err(e) => {
+                let _ = child.start_kill();
+                return Err(e.into());
+            }
+        };
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let v: Value = serde_json::from_str(&line).map_err(|_| SimProcessError::BadLine(line.clone()))?;
         let addr = |k: &str| v[k].as_str().and_then(|s| s.parse().ok()).ok_or(SimProcessError::BadLine(line.clone()));

@@ -10,7 +10,7 @@ use cabine_actors::{ActorStatus, RestartError};
 use serde_json::json;
 
 use super::AppState;
-use super::auth::{answer, require_bearer};
+use super::auth::answer;
 
 pub async fn tree(State(state): State<AppState>) -> Json<ActorStatus> {
     Json(state.operator.as_ref().map_or_else(ActorStatus::empty_root, |o| o.tree.status()))
@@ -21,12 +21,12 @@ pub async fn restart(State(state): State<AppState>, Path(target): Path<String>, 
     let Some(id) = target.strip_suffix("/restart").filter(|id| !id.is_empty()).map(str::to_owned) else {
         return answer(StatusCode::NOT_FOUND, "POST /actors/{id}/restart");
     };
+    if let Err(refused) = state.access.admin(&headers) {
+        return refused.into_response();
+    }
     let Some(operator) = state.operator else {
         return answer(StatusCode::SERVICE_UNAVAILABLE, "the actor tree is not running");
     };
-    if let Err(refused) = require_bearer(&headers, operator.admin_token.expose()) {
-        return refused.into_response();
-    }
     match operator.tree.restart(&id).await {
         Ok(()) => {
             tracing::warn!(actor = %id, "operator restart");

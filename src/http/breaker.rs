@@ -11,7 +11,7 @@ use cabine_actors::ports::breaker::BreakerError;
 use serde_json::json;
 
 use super::AppState;
-use super::auth::{Refusal, require_bearer};
+use super::auth::Refusal;
 use super::outbound::outbound_of;
 use crate::outbound::ingress::enabled_channel;
 
@@ -20,8 +20,8 @@ pub async fn reset(
     Path((ispb, channel)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
-    let (operator, o) = outbound_of(&state)?;
-    require_bearer(&headers, operator.admin_token.expose())?;
+    state.access.admin(&headers)?;
+    let o = outbound_of(&state)?;
     if ispb != o.rules.ispb.as_str() {
         let why = format!("this cluster serves ISPB {}, not {ispb:?}", o.rules.ispb);
         return Err(Refusal::new(StatusCode::NOT_FOUND, why));

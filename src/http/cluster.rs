@@ -98,6 +98,7 @@ impl ClusterSource {
             Ok(slots) => view.slots = slots,
             Err(e) => view.errors.push(format!("slot_cursor: {e}")),
         }
+        view.errors = view.errors.iter().map(|e| crate::config::mask_credentials(e)).collect();
         view
     }
 
@@ -137,6 +138,10 @@ pub async fn view(State(state): State<AppState>) -> Response {
         Some(o) => {
             let mut view = o.cluster.read().await;
             view.alerts = o.tree.alerts();
+            // A missing stream is one line here, as readiness words it.
+            if let Some(check) = state.readiness.report().checks.get("jetstream").filter(|c| !c.ok) {
+                view.errors.push(format!("jetstream: {}", check.detail));
+            }
             Json(view).into_response()
         }
         None => (StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree\n").into_response(),

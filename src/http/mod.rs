@@ -1,7 +1,10 @@
 //! The status server (axum): health, readiness, Prometheus metrics, the actor
 //! tree (`/actors`), the cluster view (`/cluster`), the operator restart of
 //! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`) and the
-//! outbound operator endpoints (`/v1/outbound…`, `/v1/breakers/…/reset`).
+//! outbound operator endpoints (`/v1/outbound…`, `/v1/breakers/…/reset`; reads
+//! of payment data need `http.read_token` off loopback). With
+//! `http.operator_bind` the operator endpoints get a listener of their own
+//! ([`Routes`]).
 
 mod actors;
 mod auth;
@@ -23,10 +26,10 @@ use cabine_actors::Tree;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
+pub use auth::Access;
 pub use cluster::{ClusterSource, ClusterView};
 pub use outbound::OutboundOperator;
 
-use crate::config::Secret;
 use crate::readiness::Readiness;
 
 /// What every handler may read.
@@ -34,6 +37,8 @@ use crate::readiness::Readiness;
 pub struct AppState {
     pub readiness: Readiness,
     pub metrics: PrometheusHandle,
+    /// The bearer checks (`http.admin_token`, `http.read_token`).
+    pub access: Access,
     /// The running pod's tree and cluster view; `None` before the tree exists.
     pub operator: Option<Operator>,
 }
@@ -43,8 +48,6 @@ pub struct AppState {
 pub struct Operator {
     pub tree: Arc<Tree>,
     pub cluster: Arc<ClusterSource>,
-    /// Bearer token of the endpoints that change things.
-    pub admin_token: Secret,
     /// The outbound side's handles; `None` when `outbound.enabled` is false (503).
     pub outbound: Option<OutboundOperator>,
 }
@@ -52,16 +55,43 @@ pub struct Operator {
 /// Body limit of `POST /v1/outbound` on a pod without an outbound side (it answers 503 anyway).
 const NO_OUTBOUND_BODY_LIMIT: usize = 64 * 1024;
 
+/// Which endpoints a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    /// Everything (one listener: `http.bind` without `http.operator_bind`).
+    All,
+    /// Health, readiness and `/metrics` (`http.bind` beside an operator listener).
+    Public,
+    /// `/actors`, `/cluster` and `/v1/…` (`http.operator_bind`).
+    Operator,
+}
+
+/// Every endpoint on one router.
 pub fn router(state: AppState) -> Router {
+    routes(state, Routes::All)
+}
+
+/// The endpoints of `which`.
+pub fn routes(state: AppState, which: Routes) -> Router {
+    let public = Router::new()
+        .route("/health/live", get(health::live))
+        .route("/health/ready", get(health::ready))
+        .route("/metrics", get(metrics));
+    let app = match which {
+        Routes::All => public.merge(operator_routes(&state)),
+        Routes::Public => public,
+        Routes::Operator => operator_routes(&state),
+    };
+    app.with_state(state)
+}
+
+fn operator_routes(state: &AppState) -> Router<AppState> {
     let max_body = state
         .operator
         .as_ref()
         .and_then(|o| o.outbound.as_ref())
         .map_or(NO_OUTBOUND_BODY_LIMIT, |o| o.rules.max_message_bytes);
     Router::new()
-        .route("/health/live", get(health::live))
-        .route("/health/ready", get(health::ready))
-        .route("/metrics", get(metrics))
         .route("/actors", get(actors::tree))
         // Actor ids contain slashes (`slot/cpm/3`): `/actors/{id}/restart` is matched as a catch-all.
         .route("/actors/{*target}", post(actors::restart))
@@ -70,18 +100,25 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/outbound/{msg_id}", get(outbound::detail))
         .route("/v1/outbound/{msg_id}/reprocess", post(outbound::reprocess))
         .route("/v1/breakers/{ispb}/{channel}/reset", post(breaker::reset))
-        .with_state(state)
 }
 
-/// Binds the configured address (port 0 allowed) and serves until `shutdown` resolves.
+/// Binds the configured address (port 0 allowed) and serves every endpoint until `shutdown` resolves.
 pub async fn serve(
     bind: SocketAddr,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    serve_routes(bind, routes(state, Routes::All), shutdown).await
+}
+
+/// Binds `bind` (port 0 allowed) and serves `app` until `shutdown` resolves.
+pub async fn serve_routes(
+    bind: SocketAddr,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>)> {
     let listener = TcpListener::bind(bind).await?;
     let addr = listener.local_addr()?;
-    let app = router(state);
     let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
     Ok((addr, task))
 }
@@ -93,30 +130,75 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 #[cfg(test)]
 mod tests {
     use axum::http::StatusCode;
+    use reqwest::Method;
 
     use super::*;
+    use crate::config::Secret;
+
+    const ADMIN: &str = "admin-token-0123456789";
+    const READ: &str = "read-token-0123456789";
+
+    const OUTBOUND_ENDPOINTS: [(Method, &str); 5] = [
+        (Method::GET, "/v1/outbound/M1"),
+        (Method::GET, "/v1/outbound?status=dead"),
+        (Method::POST, "/v1/outbound?channel=cpm"),
+        (Method::POST, "/v1/outbound/M1/reprocess"),
+        (Method::POST, "/v1/breakers/99999010/cpm/reset"),
+    ];
+
+    /// A pod's HTTP side without a tree, on port 0, with the given read token and openness.
+    async fn server(read: &str, reads_open: bool) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        crate::install_crypto_provider();
+        let access = Access::new(&Secret::new(ADMIN), &Secret::new(read), reads_open);
+        let state = AppState {
+            readiness: Readiness::default(),
+            metrics: crate::telemetry::metrics_handle(),
+            access,
+            operator: None,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (addr, _) = serve("127.0.0.1:0".parse().unwrap(), state, async { _ = stopped.await }).await.unwrap();
+        (addr, stop)
+    }
+
+    async fn status(addr: SocketAddr, method: Method, path: &str, token: Option<&str>) -> StatusCode {
+        let mut request = reqwest::Client::new().request(method, format!("http://{addr}{path}"));
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        request.send().await.unwrap().status()
+    }
 
     #[tokio::test]
     async fn without_an_outbound_side_every_outbound_endpoint_answers_503() {
-        crate::install_crypto_provider();
-        let state =
-            AppState { readiness: Readiness::default(), metrics: crate::telemetry::metrics_handle(), operator: None };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (addr, server) = serve("127.0.0.1:0".parse().unwrap(), state, async { _ = stopped.await }).await.unwrap();
-        let http = reqwest::Client::new();
-        for (method, path) in [
-            (reqwest::Method::GET, "/v1/outbound/M1"),
-            (reqwest::Method::GET, "/v1/outbound?status=dead"),
-            (reqwest::Method::POST, "/v1/outbound?channel=cpm"),
-            (reqwest::Method::POST, "/v1/outbound/M1/reprocess"),
-            (reqwest::Method::POST, "/v1/breakers/99999010/cpm/reset"),
-        ] {
-            let r = http.request(method, format!("http://{addr}{path}")).send().await.unwrap();
+        let (addr, _stop) = server("", true).await;
+        for (method, path) in OUTBOUND_ENDPOINTS {
+            let r = reqwest::Client::new().request(method, format!("http://{addr}{path}")).bearer_auth(ADMIN);
+            let r = r.send().await.unwrap();
             assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{path}");
             let body: serde_json::Value = r.json().await.unwrap();
             assert!(body["error"].as_str().unwrap().contains("outbound.enabled"), "{path}: {body}");
         }
-        let _ = stop.send(());
-        server.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn payment_data_is_read_with_the_read_or_admin_token_and_changed_only_with_the_admin_one() {
+        let (addr, _stop) = server(READ, false).await;
+        for (method, path) in OUTBOUND_ENDPOINTS {
+            let is_read = method == Method::GET;
+            assert_eq!(status(addr, method.clone(), path, None).await, StatusCode::UNAUTHORIZED, "{path}");
+            assert_eq!(status(addr, method.clone(), path, Some("wrong")).await, StatusCode::UNAUTHORIZED, "{path}");
+            let with_read = if is_read { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::UNAUTHORIZED };
+            assert_eq!(status(addr, method.clone(), path, Some(READ)).await, with_read, "{path} with the read token");
+            let with_admin = status(addr, method.clone(), path, Some(ADMIN)).await;
+            assert_eq!(with_admin, StatusCode::SERVICE_UNAVAILABLE, "{path}: past the bearer check");
+        }
+        assert_eq!(
+            status(addr, Method::POST, "/actors/slot/cpm/1/restart", Some(READ)).await,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(status(addr, Method::GET, "/metrics", None).await, StatusCode::OK, "metrics stay open");
+        let (open, _stop) = server("", true).await;
+        assert_eq!(status(open, Method::GET, "/v1/outbound/M1", None).await, StatusCode::SERVICE_UNAVAILABLE);
     }
 }

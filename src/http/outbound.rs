@@ -1,7 +1,9 @@
 //! The outbound operator endpoints: `GET /v1/outbound/{msg_id}` (state and
 //! history), `GET /v1/outbound?status=&after=&limit=` (a page of one status)
-//! and `POST /v1/outbound/{msg_id}/reprocess` (bearer; `dead` / `rejected` →
-//! `queued` again). All answer 503 when this pod runs no outbound side.
+//! and `POST /v1/outbound/{msg_id}/reprocess` (admin bearer; `dead` /
+//! `rejected` → `queued` again). The reads show payment data: they take the
+//! read or the admin token (open only on a loopback listener without a read
+//! token). All answer 503 when this pod runs no outbound side.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +20,9 @@ use cabine_actors::ports::outbound_bus::ResultSink;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{Refusal, require_bearer};
+use super::AppState;
+use super::auth::Refusal;
 use super::outbound_view::{DetailView, PageView};
-use super::{AppState, Operator};
 use crate::bus::Subjects;
 use crate::outbound::ingress::IngressRules;
 
@@ -68,21 +70,24 @@ impl OutboundOperator {
     }
 }
 
-/// The pod's operator handles with its outbound side, or the 503 saying there is none.
-pub fn outbound_of(state: &AppState) -> Result<(&Operator, &OutboundOperator), Refusal> {
+/// The pod's outbound side, or the 503 saying there is none.
+pub fn outbound_of(state: &AppState) -> Result<&OutboundOperator, Refusal> {
     let disabled =
         || Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "outbound is not enabled on this pod (outbound.enabled)");
-    let operator = state.operator.as_ref().ok_or_else(disabled)?;
-    let outbound = operator.outbound.as_ref().ok_or_else(disabled)?;
-    Ok((operator, outbound))
+    state.operator.as_ref().and_then(|o| o.outbound.as_ref()).ok_or_else(disabled)
 }
 
 fn unknown(msg_id: &str) -> Refusal {
     Refusal::new(StatusCode::NOT_FOUND, format!("no outbound message {msg_id:?}"))
 }
 
-pub async fn detail(State(state): State<AppState>, Path(msg_id): Path<String>) -> Result<Response, Refusal> {
-    let (_, o) = outbound_of(&state)?;
+pub async fn detail(
+    State(state): State<AppState>,
+    Path(msg_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    state.access.read(&headers)?;
+    let o = outbound_of(&state)?;
     let detail = o.stored(o.store.get(&msg_id)).await?.ok_or_else(|| unknown(&msg_id))?;
     Ok(Json(DetailView::from(detail)).into_response())
 }
@@ -97,8 +102,10 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
+    headers: HeaderMap,
 ) -> Result<Response, Refusal> {
-    let (_, o) = outbound_of(&state)?;
+    state.access.read(&headers)?;
+    let o = outbound_of(&state)?;
     let (status, after, limit) = list_args(query).map_err(|why| Refusal::new(StatusCode::BAD_REQUEST, why))?;
     let page = o.stored(o.store.list(status, after, limit)).await?;
     Ok(Json(PageView::of(status, page)).into_response())
@@ -122,8 +129,8 @@ pub async fn reprocess(
     Path(msg_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
-    let (operator, o) = outbound_of(&state)?;
-    require_bearer(&headers, operator.admin_token.expose())?;
+    state.access.admin(&headers)?;
+    let o = outbound_of(&state)?;
     let body = match o.stored(o.store.reprocess(&msg_id)).await? {
         Reprocessed::Queued(event) => {
             tracing::warn!(msg_id, "operator reprocess: queued again");

@@ -27,7 +27,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::AppState;
-use super::auth::{Refusal, require_bearer};
+use super::auth::Refusal;
 use super::outbound::{OutboundOperator, outbound_of};
 use crate::outbound::ingress::{
     DEADLINE_CLASS_HEADER, DEADLINE_HEADER, PRIORITY_HEADER, RawRequest, enabled_channel, parse_request,
@@ -47,8 +47,8 @@ pub async fn send(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, Refusal> {
-    let (operator, o) = outbound_of(&state)?;
-    require_bearer(&headers, operator.admin_token.expose())?;
+    state.access.admin(&headers)?;
+    let o = outbound_of(&state)?;
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => {
             let max = o.rules.max_message_bytes;

@@ -42,6 +42,24 @@ pub struct Round {
     pub failed: usize,
     /// The bus itself failed (timeout, no stream, connection): not one row's fault.
     pub bus_failed: bool,
+    /// Rows whose publication failed, by reason, and the first such error: one
+    /// warning per round (a missing stream fails every row alike).
+    failures: std::collections::BTreeMap<&'static str, usize>,
+    first_error: Option<String>,
+}
+
+impl Round {
+    /// One warning for the round's bus failures, however many rows they hit.
+    fn warn_once(&self) {
+        let Some(error) = &self.first_error else { return };
+        let rows: usize = self.failures.values().sum();
+        let hint = if self.failures.contains_key("no_stream") {
+            "no JetStream stream takes the inbound subjects: run `cabine migrate` or set postgres.migrate_on_start"
+        } else {
+            "the sweep will retry"
+        };
+        tracing::warn!(rows, reasons = ?self.failures, %error, "publication failed: {hint}");
+    }
 }
 
 /// JetStream plus the inbox rows it publishes, for one ISPB.
@@ -113,6 +131,7 @@ impl InboundBus {
                 Err(e) => self.failed(&mut round, row, &e),
             }
         }
+        round.warn_once();
         round.published = acknowledged.len();
         metrics::counter!(m::PUBLISHED, "path" => path.as_str()).increment(round.published as u64);
         self.mark_published(&acknowledged).await;
@@ -137,9 +156,10 @@ impl InboundBus {
         metrics::counter!(m::FAILURES, "reason" => reason).increment(1);
         if reason == "too_large" {
             tracing::error!(id = row.id, resource_id = %row.resource_id, error = %e, "inbox row cannot be published");
-        } else {
-            tracing::warn!(id = row.id, error = %e, "publication failed; the sweep will retry");
+            return;
         }
+        *round.failures.entry(reason).or_default() += 1;
+        round.first_error.get_or_insert_with(|| e.to_string());
     }
 
     /// One UPDATE for the whole round. If it fails the rows stay unpublished and the

@@ -44,15 +44,37 @@ pub async fn migrate(settings: Settings) -> anyhow::Result<()> {
     let version = db::migrate(&pool, &settings.postgres.schema).await.context("postgres migrations")?;
     tracing::info!(schema = %settings.postgres.schema, ?version, "postgres migrations applied");
     let nats = connect_nats_now(&settings).await?;
-    let subjects = bus::Subjects::new(&settings.nats, &settings.cluster.ispb);
-    let channels: Vec<&str> = settings.enabled_channels().map(|(id, _)| id.as_str()).collect();
-    bus::ensure_streams(&nats, &settings.nats, &subjects, &channels).await.context("jetstream streams")?;
-    tracing::info!("jetstream streams ready");
+    create_streams(&settings, &nats).await?;
     Ok(())
 }
 
+/// The deployment's JetStream streams, created or updated (idempotent).
+async fn create_streams(settings: &Settings, nats: &async_nats::Client) -> anyhow::Result<()> {
+    let subjects = bus::Subjects::new(&settings.nats, &settings.cluster.ispb);
+    let channels: Vec<&str> = settings.enabled_channels().map(|(id, _)| id.as_str()).collect();
+    bus::ensure_streams(nats, &settings.nats, &subjects, &channels).await.context("jetstream streams")?;
+    tracing::info!(streams = ?bus::stream_names(settings), "jetstream streams ready");
+    Ok(())
+}
+
+/// `postgres.migrate_on_start`, the streams' half: created in the background,
+/// retried with backoff while NATS is unreachable (readiness names them missing meanwhile).
+fn spawn_stream_creation(settings: Arc<Settings>, nats: async_nats::Client) {
+    tokio::spawn(async move {
+        let attempt = || async { create_streams(&settings, &nats).await };
+        let backoff = ExponentialBuilder::default()
+            .with_jitter()
+            .with_max_delay(std::time::Duration::from_secs(5))
+            .without_max_times();
+        let _ = attempt
+            .retry(backoff)
+            .notify(|e, after| tracing::warn!(error = format!("{e:#}"), ?after, "streams not created yet; retrying"))
+            .await;
+    });
+}
+
 async fn connect_nats_now(settings: &Settings) -> anyhow::Result<async_nats::Client> {
-    let url = crate::config::mask_url_password(&settings.nats.url);
+    let url = crate::config::mask_credentials(&settings.nats.url);
     bus::connect_now(&settings.nats).await.with_context(|| format!("connecting to NATS at {url}"))
 }
 
@@ -65,46 +87,92 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     telemetry::spawn_metrics_upkeep(metrics.clone());
     let deps = Dependencies::connect(&settings).await?;
     if let Err(refusal) = check_eviction_policy(&settings, &deps.redis).await {
-        eprintln!("{refusal}");
+        eprintln!("{}", crate::config::mask_credentials(&refusal));
         return Ok(ExitCode::from(crate::EXIT_CONFIG));
     }
     if settings.postgres.migrate_on_start {
         migrate_with_retry(&deps.postgres, &settings.postgres.schema).await;
+        spawn_stream_creation(settings.clone(), deps.nats.clone());
     }
     let readiness = Readiness::default();
     let probe =
-        DependencyProbe::new(deps.redis.clone(), deps.postgres.clone(), deps.nats.clone(), settings.http.probe_timeout);
+        DependencyProbe::new(deps.redis.clone(), deps.postgres.clone(), deps.nats.clone(), settings.http.probe_timeout)
+            .with_streams(bus::stream_names(&settings));
     readiness::spawn_probe_loop(probe, readiness.clone(), settings.http.probe_interval);
 
     let adapters = match Adapters::build(&settings, &deps, &pod_id) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("{e}");
+            eprintln!("{}", crate::config::mask_credentials(&e.to_string()));
             return Ok(ExitCode::from(crate::EXIT_CONFIG));
         }
     };
-    cabine_actors::metrics::describe();
     let tree = Tree::start(settings.tree_config(&pod_id), adapters.ports()).await.context("starting the actor tree")?;
     let tree = Arc::new(tree);
     let operator = http::Operator {
         tree: tree.clone(),
         cluster: Arc::new(adapters.cluster_source(&settings)),
-        admin_token: settings.http.admin_token.clone(),
         outbound: adapters.outbound.as_ref().map(|o| o.operator(&settings, &deps)),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let state = http::AppState { readiness: readiness.clone(), metrics, operator: Some(operator) };
-    let (addr, server) =
-        http::serve(settings.http.bind, state, wait_for(stop_rx)).await.context("binding http.bind")?;
+    let access = http::Access::from_settings(&settings.http);
+    let state = http::AppState { readiness: readiness.clone(), metrics, access, operator: Some(operator) };
+    let listeners = Listeners::open(&settings.http, state, &stop_rx).await?;
     // First stdout line: where this pod listens (scripts and tests read it).
-    println!("{}", serde_json::json!({"event": "listening", "http": addr.to_string(), "pod_id": pod_id}));
-    tracing::info!(%addr, %pod_id, version = crate::VERSION, commit = crate::GIT_COMMIT, "cabine pod started");
+    println!(
+        "{}",
+        serde_json::json!({
+            "event": "listening", "http": listeners.http.to_string(), "operator": listeners.operator.to_string(),
+            "pod_id": pod_id,
+        })
+    );
+    tracing::info!(
+        addr = %listeners.http, operator = %listeners.operator, %pod_id, version = crate::VERSION,
+        commit = crate::GIT_COMMIT, "cabine pod started"
+    );
 
     let cause = stop::wait_for_stop(&tree).await;
     let code = stop::stop(cause, &tree, &adapters.publisher, &readiness, settings.timing.stop_timeout).await;
     let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), server).await;
+    listeners.closed(std::time::Duration::from_millis(500)).await;
     Ok(code)
+}
+
+type Server = tokio::task::JoinHandle<std::io::Result<()>>;
+
+/// The pod's HTTP listeners: `http.bind`, and `http.operator_bind` when set.
+struct Listeners {
+    http: std::net::SocketAddr,
+    /// Where the operator endpoints answer (`http` when they share it).
+    operator: std::net::SocketAddr,
+    servers: Vec<Server>,
+}
+
+impl Listeners {
+    async fn open(
+        http: &crate::config::HttpSettings,
+        state: http::AppState,
+        stop: &watch::Receiver<bool>,
+    ) -> anyhow::Result<Listeners> {
+        let Some(operator_bind) = http.operator_bind else {
+            let (addr, server) =
+                http::serve(http.bind, state, wait_for(stop.clone())).await.context("binding http.bind")?;
+            return Ok(Listeners { http: addr, operator: addr, servers: vec![server] });
+        };
+        let public = http::routes(state.clone(), http::Routes::Public);
+        let (addr, server) =
+            http::serve_routes(http.bind, public, wait_for(stop.clone())).await.context("binding http.bind")?;
+        let operator = http::routes(state, http::Routes::Operator);
+        let (operator, operator_server) = http::serve_routes(operator_bind, operator, wait_for(stop.clone()))
+            .await
+            .context("binding http.operator_bind")?;
+        Ok(Listeners { http: addr, operator, servers: vec![server, operator_server] })
+    }
+
+    /// Waits up to `within` for the servers to finish their graceful shutdown.
+    async fn closed(self, within: std::time::Duration) {
+        let _ = tokio::time::timeout(within, futures::future::join_all(self.servers)).await;
+    }
 }
 
 /// Refuses a Redis whose eviction policy can evict the lease epoch (`allkeys-*`);

@@ -14,8 +14,11 @@ use tokio::time::Instant;
 /// Bearer token of the operator endpoints in every test cluster.
 pub const TOKEN: &str = "test-admin-token";
 
+/// The `cabine` binary: the one nextest names at run time (an archive run from
+/// elsewhere), else the one cargo built with this test.
 pub fn exe() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_cabine"))
+    std::env::var_os("NEXTEST_BIN_EXE_cabine")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cabine")), PathBuf::from)
 }
 
 /// Outbound timings short enough for a test: janitor, confirmer and status every
@@ -113,5 +116,7 @@ pub async fn stream_holders(c: &LocalCluster, i: usize) -> anyhow::Result<BTreeM
 
 /// An independent reader of the cluster's inbound stream, from its start.
 pub async fn inbound_reader(c: &LocalCluster) -> BusReader {
-    BusReader::start(c.nats.clone(), &c.settings.nats.inbound_stream, &c.inbound_filter()).await.unwrap()
+    BusReader::start(c.nats.clone(), &c.settings.nats.inbound_stream, &c.inbound_filter())
+        .await
+        .unwrap_or_else(|e| panic!("the inbound reader: {e}"))
 }

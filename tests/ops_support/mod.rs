@@ -44,7 +44,7 @@ impl Call<'_> {
 
 impl Desk {
     pub fn of(c: &LocalCluster, pod: usize) -> Desk {
-        Desk { base: format!("http://{}", c.pods[pod].http), http: reqwest::Client::new() }
+        Desk { base: format!("http://{}", c.pods[pod].http), http: cabine::harness::http_client() }
     }
 
     /// `method path` → (status, JSON body or `Null`).

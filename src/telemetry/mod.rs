@@ -1,5 +1,9 @@
-//! Telemetry: the tracing subscriber (human or JSON lines) and the process-wide
-//! Prometheus recorder that `/metrics` renders.
+//! Telemetry: the tracing subscriber (human or JSON lines, credentials masked)
+//! and the process-wide Prometheus recorder that `/metrics` renders, every
+//! metric with its HELP text.
+
+mod help;
+mod masked;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,7 +19,7 @@ pub fn init_tracing(log: &LogSettings) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&log.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(|| masked::MaskedStderr);
     let _ = match log.format {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
         LogFormat::Human => builder.try_init(),
@@ -36,6 +40,8 @@ pub fn metrics_handle() -> PrometheusHandle {
             // Another recorder may already be installed by an embedding test; then ours only renders.
             let _ = metrics::set_global_recorder(recorder);
             describe_build_info();
+            cabine_actors::metrics::describe();
+            help::describe();
             handle
         })
         .clone()
