@@ -64,6 +64,11 @@ pub fn queue_depth(channel: ChannelId, priority: &'static str, queued: u64) {
         .set(queued as f64);
 }
 
+/// Parked outbound requests waiting for an operator (all channels).
+pub fn parked(waiting: u64) {
+    metrics::gauge!("cabine_outbound_parked").set(waiting as f64);
+}
+
 /// One batch a sender finished, by outcome (`accepted`, `server_error`, `breaker_open`, ...).
 pub fn send_batch(channel: ChannelId, outcome: &'static str, messages: usize, took: Duration) {
     let c = channel.as_str();
@@ -173,6 +178,14 @@ pub fn describe() {
     metrics::describe_counter!("cabine_slot_orphans_adopted_total", "Free slots adopted beyond the fair share.");
     metrics::describe_gauge!("cabine_watchdog_alert", "Watchdog alerts up (1) or down (0), by kind, channel, slot.");
     metrics::describe_counter!("cabine_watchdog_alerts_total", "Watchdog alerts raised, by kind, channel, slot.");
+    metrics::describe_gauge!(
+        "cabine_outbound_parked",
+        "Outbound requests parked (delivered more than outbound.max_deliver times without being stored), not reprocessed yet."
+    );
+    metrics::describe_counter!(
+        "cabine_outbound_intake_total",
+        "Outbound requests through the intake, by step (pulled, inserted, duplicate, invalid, parked, ack_failed)."
+    );
     for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper", "watchdog"] {
         metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);
     }

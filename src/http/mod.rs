@@ -1,7 +1,7 @@
 //! The status server (axum): health, readiness, Prometheus metrics, the actor
 //! tree (`/actors`), the cluster view (`/cluster`), the operator restart of
 //! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`) and the
-//! outbound operator endpoints (`/v1/outbound…`, `/v1/breakers/…/reset`).
+//! outbound operator endpoints (`/v1/outbound…`, `/v1/parked…`, `/v1/breakers/…/reset`).
 
 mod actors;
 mod auth;
@@ -9,6 +9,7 @@ mod breaker;
 mod cluster;
 mod health;
 mod outbound;
+mod outbound_parked;
 mod outbound_send;
 mod outbound_view;
 
@@ -69,6 +70,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/outbound", get(outbound::list).post(outbound_send::send).layer(DefaultBodyLimit::max(max_body)))
         .route("/v1/outbound/{msg_id}", get(outbound::detail))
         .route("/v1/outbound/{msg_id}/reprocess", post(outbound::reprocess))
+        .route("/v1/parked", get(outbound_parked::list))
+        .route("/v1/parked/{ingress_ref}", get(outbound_parked::detail))
+        .route("/v1/parked/{ingress_ref}/reprocess", post(outbound_parked::reprocess))
         .route("/v1/breakers/{ispb}/{channel}/reset", post(breaker::reset))
         .with_state(state)
 }

@@ -216,7 +216,9 @@ impl Turn {
                     }
                     tokio::time::sleep(delay).await;
                 }
-                Err(OutboundError::Fatal(e)) => return Err(TurnEnd::Fatal(format!("recording outcomes: {e}"))),
+                Err(OutboundError::Fatal(e) | OutboundError::Refused(e)) => {
+                    return Err(TurnEnd::Fatal(format!("recording outcomes: {e}")));
+                }
             }
         }
     }
@@ -336,6 +338,6 @@ fn gate_failure(blocked: Blocked<GateError>) -> TurnEnd {
 fn store_failure(what: &str, e: OutboundError) -> TurnEnd {
     match e {
         OutboundError::Unavailable(m) => TurnEnd::Backoff(format!("{what}: {m}")),
-        OutboundError::Fatal(m) => TurnEnd::Fatal(format!("{what}: {m}")),
+        OutboundError::Fatal(m) | OutboundError::Refused(m) => TurnEnd::Fatal(format!("{what}: {m}")),
     }
 }
