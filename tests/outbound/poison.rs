@@ -47,7 +47,7 @@ async fn a_batch_of_100_with_a_nul_msg_id_and_a_4_kb_end_to_end_id_stores_98_and
     );
     // A request handed to the store with an EndToEndId of 4 KB: too large for the GIN index.
     let mut huge = msg(100, Priority::High, minutes(5));
-    huge.end_to_end_ids = vec!["E".repeat(4096)];
+    huge.end_to_end_ids = vec![cabine::harness::incompressible(12, 4096)];
     huge.ingress_ref = Some("OUT:1:100".into());
     requests.insert(70, OutboundRequest::Valid(huge.clone()));
 
