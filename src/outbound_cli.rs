@@ -53,6 +53,20 @@ pub enum OutboundCommand {
     },
     /// Queue a dead or rejected message again (`POST /v1/outbound/{msg_id}/reprocess`).
     Reprocess { msg_id: String },
+    /// Requests parked past `outbound.max_deliver`, oldest first (`GET /v1/parked`); with a
+    /// reference, that one with its body (`GET /v1/parked/{ingress_ref}`).
+    Parked {
+        /// The ingress reference (`{stream}:{sequence}:{published ns}`) of one parked request.
+        ingress_ref: Option<String>,
+        /// Continue after this row id (the `next` of the previous page).
+        #[arg(long)]
+        after: Option<i64>,
+        /// Rows per page, 1..=500 (100).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Parse a parked request again and store it like a fresh one (`POST /v1/parked/{ingress_ref}/reprocess`).
+    Unpark { ingress_ref: String },
     /// Send one ISO 20022 message: checked by the pod, then published on the outbound bus (`POST /v1/outbound`).
     Send {
         #[arg(long, default_value = "cpm")]
@@ -149,6 +163,21 @@ pub async fn outbound(args: OutboundArgs, settings: &Settings) -> anyhow::Result
         }
         OutboundCommand::Reprocess { msg_id } => {
             pod.request(Method::POST, pod.url(&["v1", "outbound", &msg_id, "reprocess"]))
+        }
+        OutboundCommand::Parked { ingress_ref: Some(r), .. } => {
+            pod.request(Method::GET, pod.url(&["v1", "parked", &r]))
+        }
+        OutboundCommand::Parked { ingress_ref: None, after, limit } => {
+            let mut url = pod.url(&["v1", "parked"]);
+            {
+                let mut q = url.query_pairs_mut();
+                after.map(|a| q.append_pair("after", &a.to_string()));
+                limit.map(|l| q.append_pair("limit", &l.to_string()));
+            }
+            pod.request(Method::GET, url)
+        }
+        OutboundCommand::Unpark { ingress_ref } => {
+            pod.request(Method::POST, pod.url(&["v1", "parked", &ingress_ref, "reprocess"]))
         }
         OutboundCommand::Send { channel, priority, class, deadline, file } => {
             let body = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;

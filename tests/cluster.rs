@@ -13,7 +13,7 @@ use anyhow::{Context, ensure};
 use cabine::harness::{BusReader, LocalCluster, RedisServer};
 use cluster_support::{TOKEN, eventually, inbound_reader, run, stream_holders};
 use nix::sys::signal::Signal;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 async fn start(tag: &str, pods: usize, extra: &[(&str, &str)]) -> LocalCluster {
@@ -317,6 +317,52 @@ async fn a_body_over_the_limit_is_persisted_as_malformed_and_acknowledged() {
         ensure!(rows >= 1 && rows == c.inbox_count("true").await?, "kept as malformed rows: {rows}");
         c.sim.control.inject(3, "pacs008").await?;
         ensure!(eventually(Duration::from_secs(15), || acked(8)).await, "the stream continues");
+        Ok(())
+    })
+    .await;
+}
+
+/// A catalog pacs.008 whose BizMsgIdr holds a NUL byte.
+fn pacs008_with_a_nul() -> String {
+    let xml = include_str!("data/spi/pacs.008_END_1_msg.xml");
+    let start = xml.find("<BizMsgIdr>").expect("a BizMsgIdr") + "<BizMsgIdr>".len();
+    format!("{}\0{}", &xml[..start + 9], &xml[start + 9..])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4_kb_resource_id_and_a_nul_in_an_xml_field_are_kept_malformed_and_the_stream_moves_on() {
+    let c = start("cpoison", 1, &[]).await;
+    run(c, async |c| {
+        let mut ids = c.sim.control.inject(5, "pacs008").await?;
+        let body = include_str!("data/spi/pacs.008_END_1_msg.xml");
+        let huge = cabine::harness::incompressible(11, 4096);
+        let big = c.sim.control.inject_json(json!({ "kind": "raw", "body": body, "resource_id": huge })).await?;
+        ensure!(big == [huge.clone()], "injected under the 4 KB ResourceId: {}", big.len());
+        let nul = c.sim.control.inject_json(json!({ "kind": "raw", "body": pacs008_with_a_nul() })).await?;
+        ids.extend(c.sim.control.inject(5, "pacs008").await?);
+        let done = eventually(Duration::from_secs(15), || async {
+            c.inbox_count("true").await.unwrap_or(0) == 12
+                && c.inbox_count("published_at IS NULL AND status = 'received'").await.unwrap_or(1) == 0
+        })
+        .await;
+        ensure!(done, "12 rows, 10 published: {}", c.inbox_count("true").await?);
+        let quoted: Vec<String> = ids.iter().map(|id| format!("'{id}'")).collect();
+        let received = c.inbox_count(&format!("status = 'received' AND resource_id IN ({})", quoted.join(","))).await?;
+        ensure!(received == 10, "the good ones as usual: {received}");
+        let derived = c
+            .inbox_count("status = 'malformed' AND resource_id LIKE 'resource-id:%' AND reason LIKE '%4096 bytes%'")
+            .await?;
+        ensure!(derived == 1, "the 4 KB ResourceId kept under a derived key");
+        let forbidden = c
+            .inbox_count(&format!("status = 'malformed' AND resource_id = '{}' AND reason LIKE '%U+0000%'", nul[0]))
+            .await?;
+        ensure!(forbidden == 1, "the NUL in BizMsgIdr is a malformed report");
+        let a = c.sim.control.audit("cpm").await?;
+        ensure!(a["acknowledged"] == 12 && a["pending"] == 0 && a["unacknowledged"] == 0, "all acknowledged: {a}");
+        let mut all = BTreeMap::new();
+        actors(&c.pod_json(0, "/actors").await?, &mut all);
+        let restarted: Vec<_> = all.iter().filter(|(_, (restarts, ..))| *restarts > 0).collect();
+        ensure!(restarted.is_empty(), "no actor failed on the poison: {restarted:?}");
         Ok(())
     })
     .await;

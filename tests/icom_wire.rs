@@ -55,6 +55,24 @@ fn envelopes_of_every_catalog_example() {
 }
 
 #[test]
+fn a_nul_or_control_character_in_a_stored_field_makes_the_message_malformed() {
+    let good = String::from_utf8(example("pacs.008_END_1_msg.xml").to_vec()).unwrap();
+    for (from, to, field) in [
+        (SPI_BIZ, "M00038166\01234", "AppHdr/BizMsgIdr"),
+        (E2E, "E99999010\u{1}", "EndToEndId"),
+        ("pacs.008.spi.1.16", "pacs.008\0", "AppHdr/MsgDefIdr"),
+    ] {
+        let bad = good.replacen(from, to, 1);
+        match envelope::read(bad.as_bytes()) {
+            Err(envelope::EnvelopeError::ForbiddenChar { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+    let tab = good.replacen(E2E, &format!("\t{E2E}\n"), 1);
+    assert_eq!(envelope::read(tab.as_bytes()).unwrap().end_to_end_ids, [E2E], "whitespace is fine, trimmed");
+}
+
+#[test]
 fn a_multipart_batch_of_the_catalog_maps_into_inbound_messages() {
     let parts: Vec<Part> = EXAMPLES
         .iter()

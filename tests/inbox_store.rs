@@ -154,6 +154,36 @@ async fn malformed_messages_are_persisted_raw_with_their_reason() {
     assert_eq!(redelivered.duplicates, 3, "the same keyless part at the same place maps to the same key");
 }
 
+#[tokio::test]
+async fn a_resource_id_too_large_for_the_index_and_a_nul_in_a_field_commit_as_malformed_rows() {
+    let db = TestDb::new("inbox_poison", &[]).await;
+    let inbox = db.inbox();
+    let fence = inbox.claim(slot(1), "pod-a", BUSY).await.unwrap().fence;
+    // 4 KB passes the 8 KB header limit but not the unique btree index (~2.7 KB a row).
+    let huge = message(&cabine::harness::incompressible(13, 4096), None);
+    let mut nul = message("R-nul", None);
+    nul.meta.biz_msg_id = Some("M00038166\0X".into());
+    let poison = vec![message("R-before", None), huge.clone(), nul, message("R-after", None)];
+    let summary = inbox.commit(slot(1), fence, &poison, "p-1", BUSY).await.expect("committed, poison and all");
+    assert_eq!((summary.inserted.len(), summary.malformed, summary.duplicates), (4, 2, 0));
+    let derived = summary.inserted[1].message.resource_id.clone();
+    assert!(derived.starts_with("resource-id:") && derived.len() < 100, "{derived}");
+    assert_eq!(db.cursor(slot(1)).await.1.as_deref(), Some("p-1"), "the stream moves on");
+    assert_eq!(db.count("status = 'received' AND resource_id IN ('R-before', 'R-after')").await, 2);
+
+    let conn = db.pool.get().await.unwrap();
+    let rows = conn.query("SELECT resource_id, reason, raw FROM inbox_dead_letter ORDER BY id", &[]).await.unwrap();
+    assert_eq!(rows.len(), 2, "both kept as dead letters");
+    assert_eq!(rows[0].get::<_, String>(0), derived);
+    assert!(rows[0].get::<_, String>(1).contains("PI-ResourceId of 4096 bytes"));
+    assert_eq!(rows[0].get::<_, Vec<u8>>(2), huge.raw.to_vec(), "raw bytes intact");
+    assert_eq!(rows[1].get::<_, String>(0), "R-nul");
+    assert!(rows[1].get::<_, String>(1).contains("NUL byte in BizMsgIdr"));
+
+    let again = inbox.commit(slot(1), fence, &poison, "p-2", BUSY).await.unwrap();
+    assert_eq!(again.duplicates, 4, "a redelivery maps the huge ResourceId to the same key");
+}
+
 fn batch_of_three_again() -> Vec<InboundMessage> {
     vec![
         message("R-good", None),

@@ -64,6 +64,11 @@ pub fn queue_depth(channel: ChannelId, priority: &'static str, queued: u64) {
         .set(queued as f64);
 }
 
+/// Parked outbound requests waiting for an operator (all channels).
+pub fn parked(waiting: u64) {
+    metrics::gauge!("cabine_outbound_parked").set(waiting as f64);
+}
+
 /// One batch a sender finished, by outcome (`accepted`, `server_error`, `breaker_open`, ...).
 pub fn send_batch(channel: ChannelId, outcome: &'static str, messages: usize, took: Duration) {
     let c = channel.as_str();
@@ -220,6 +225,10 @@ pub fn describe() {
     metrics::describe_gauge!("cabine_watchdog_alert", "Watchdog alerts up (1) or down (0), by kind, channel, slot.");
     metrics::describe_counter!("cabine_watchdog_alerts_total", "Watchdog alerts raised, by kind, channel, slot.");
     metrics::describe_counter!("cabine_inbound_republished_total", "Inbox rows the leader's sweep published again.");
+    metrics::describe_gauge!(
+        "cabine_outbound_parked",
+        "Outbound requests parked (delivered more than outbound.max_deliver times without being stored), not reprocessed yet."
+    );
     describe_outbound();
     for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper", "watchdog"] {
         metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);

@@ -26,6 +26,9 @@ pub struct OutboundSettings {
     /// JetStream redelivers a request not acknowledged (not stored) within this.
     #[serde(with = "humantime_serde")]
     pub ack_wait: Duration,
+    /// A request delivered more often than this without being stored is parked
+    /// (kept raw in `outbound_parked`, acknowledged) instead of tried again.
+    pub max_deliver: u32,
     /// Back-pressure: above this many queued rows the dispatcher stops pulling.
     pub max_queued: u64,
     /// Messages per POST (ICOM: at most 10).
@@ -160,6 +163,9 @@ fn check_ingress(s: &Settings) -> Result<(), ConfigError> {
     if !(1..=1000).contains(&o.pull_batch) {
         return fail("outbound.pull_batch", format!("must be in 1..=1000, got {}", o.pull_batch));
     }
+    if !(1..=1000).contains(&o.max_deliver) {
+        return fail("outbound.max_deliver", format!("must be in 1..=1000, got {}", o.max_deliver));
+    }
     if o.pull_wait.is_zero() || o.pull_wait >= o.ack_wait {
         return fail("outbound.pull_wait, outbound.ack_wait", "0 < pull_wait < ack_wait");
     }
@@ -230,6 +236,7 @@ impl Settings {
             max_batch_bytes: self.icom.limits.max_body_bytes.saturating_sub(framing).max(1),
             pull_batch: o.pull_batch,
             pull_wait: o.pull_wait,
+            max_deliver: o.max_deliver,
             max_queued: o.max_queued,
             status_interval: o.status_interval,
             costs: CostTable {

@@ -69,6 +69,19 @@ pub fn unique_name(tag: &str) -> String {
     format!("{tag}_{}_{n}_{nanos:x}", std::process::id()).to_lowercase()
 }
 
+/// `len` letters and digits drawn from `seed` (xorshift): an identifier Postgres cannot
+/// compress below its index row limit (~2.7 KB), unlike a repeated character.
+pub fn incompressible(seed: u64, len: usize) -> String {
+    const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            (x ^= x << 13, x ^= x >> 7, x ^= x << 17);
+            char::from(ALNUM[(x % ALNUM.len() as u64) as usize])
+        })
+        .collect()
+}
+
 /// A loopback port that was free a moment ago (for servers that cannot bind port 0 themselves).
 pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())

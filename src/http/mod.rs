@@ -1,7 +1,7 @@
 //! The status server (axum): health, readiness, Prometheus metrics, the actor
 //! tree (`/actors`), the cluster view (`/cluster`), the operator restart of
 //! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`) and the
-//! outbound operator endpoints (`/v1/outbound…`, `/v1/breakers/…/reset`; reads
+//! outbound operator endpoints (`/v1/outbound…`, `/v1/parked…`, `/v1/breakers/…/reset`; reads
 //! of payment data need `http.read_token` off loopback). With
 //! `http.operator_bind` the operator endpoints get a listener of their own
 //! ([`Routes`]).
@@ -12,6 +12,7 @@ mod breaker;
 mod cluster;
 mod health;
 mod outbound;
+mod outbound_parked;
 mod outbound_send;
 mod outbound_view;
 
@@ -99,6 +100,9 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/v1/outbound", get(outbound::list).post(outbound_send::send).layer(DefaultBodyLimit::max(max_body)))
         .route("/v1/outbound/{msg_id}", get(outbound::detail))
         .route("/v1/outbound/{msg_id}/reprocess", post(outbound::reprocess))
+        .route("/v1/parked", get(outbound_parked::list))
+        .route("/v1/parked/{ingress_ref}", get(outbound_parked::detail))
+        .route("/v1/parked/{ingress_ref}/reprocess", post(outbound_parked::reprocess))
         .route("/v1/breakers/{ispb}/{channel}/reset", post(breaker::reset))
 }
 

@@ -59,6 +59,7 @@ impl OutboundOperator {
             Some(Err(e @ OutboundError::Unavailable(_))) => {
                 Err(Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
             }
+            Some(Err(e @ OutboundError::Refused(_))) => Err(Refusal::new(StatusCode::BAD_REQUEST, e.to_string())),
             Some(Err(e @ OutboundError::Fatal(_))) => {
                 Err(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
             }

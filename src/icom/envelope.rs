@@ -58,6 +58,9 @@ pub enum EnvelopeError {
     TooDeep,
     #[error("missing {0}")]
     Missing(&'static str),
+    /// A NUL or another control character XML 1.0 forbids, in a field cabine stores.
+    #[error("{field} holds U+{code:04X}, a character XML 1.0 forbids")]
+    ForbiddenChar { field: &'static str, code: u32 },
 }
 
 /// Which field a text node belongs to, by its element path below `Envelope`.
@@ -74,6 +77,25 @@ enum Field {
 
 /// Path of a party's ISPB below `Fr` / `To`.
 const PARTY_ID: [&str; 4] = ["FIId", "FinInstnId", "Othr", "Id"];
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::MsgDef => "AppHdr/MsgDefIdr",
+            Field::BizMsgId => "AppHdr/BizMsgIdr",
+            Field::Created => "AppHdr/CreDt",
+            Field::From => "AppHdr/Fr",
+            Field::To => "AppHdr/To",
+            Field::MsgId => "GrpHdr/MsgId",
+            Field::EndToEndId => "EndToEndId",
+        }
+    }
+}
+
+/// Characters outside XML 1.0's `Char` production: controls but tab, LF and CR; U+FFFE, U+FFFF.
+fn forbidden(c: char) -> bool {
+    (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || matches!(c, '\u{FFFE}' | '\u{FFFF}')
+}
 
 fn field_at(path: &[String]) -> Option<Field> {
     let names: Vec<&str> = path.iter().map(String::as_str).collect();
@@ -124,6 +146,9 @@ pub fn read(raw: &[u8]) -> Result<Envelope, EnvelopeError> {
             }
             Event::End(_) => {
                 if let Some((field, value)) = current.take() {
+                    if let Some(c) = value.chars().find(|c| forbidden(*c)) {
+                        return Err(EnvelopeError::ForbiddenChar { field: field.name(), code: u32::from(c) });
+                    }
                     store(&mut envelope, field, value.trim());
                 }
                 path.pop();

@@ -149,7 +149,7 @@ impl Confirmations for PgConfirmations {
     async fn correlate(&self, max: u32) -> Result<Correlated, ConfirmError> {
         let done = match self.pass(max).await {
             Err(OutboundError::Unavailable(e)) => return Err(ConfirmError::Unavailable(e)),
-            Err(OutboundError::Fatal(e)) => return Err(ConfirmError::Fatal(e)),
+            Err(OutboundError::Fatal(e) | OutboundError::Refused(e)) => return Err(ConfirmError::Fatal(e)),
             Ok(done) => done,
         };
         metrics::counter!("cabine_outbound_reports_correlated_total").increment((done.rows - done.retried) as u64);

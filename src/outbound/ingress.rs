@@ -1,7 +1,9 @@
 //! Outbound requests from the bus: the subject `{prefix}.out.{ispb}.{channel}`,
 //! the headers below, and an ISO 20022 body whose MsgId and type are read
-//! here. A request that cannot be read becomes an [`InvalidOutbound`] (kept as
-//! `rejected_invalid`), never an error that would block the consumer.
+//! here. A request that cannot be read, or whose MsgId, type or EndToEndIds
+//! break the table's rules (`fields.rs`: a NUL byte, an EndToEndId of
+//! kilobytes), becomes an [`InvalidOutbound`] (kept as `rejected_invalid`),
+//! never an error that would block the consumer.
 //!
 //! Headers (NATS headers, never sent to ICOM; names compared case-insensitively):
 //! - `Cabine-Priority`: `critical` | `high` | `normal` (default) | `low`;
@@ -21,7 +23,7 @@ use cabine_actors::ports::outbound_bus::OutboundRequest;
 
 pub use consumer::{ConsumerSpec, JetStreamIngress, ensure_consumer, pull_batch};
 
-use super::xml_fields;
+use super::{fields, xml_fields};
 use crate::config::{ChannelId, Ispb, Settings};
 
 pub const PRIORITY_HEADER: &str = "Cabine-Priority";
@@ -131,9 +133,10 @@ fn validate(
     let envelope = envelope.map_err(|e| format!("body: {e}"))?;
     let msg_id = envelope.msg_id.ok_or("body: no GrpHdr/MsgId nor AppHdr/BizMsgIdr")?;
     let msg_type = envelope.msg_type.ok_or("body: no AppHdr/MsgDefIdr like pacs.008.spi.1.16")?;
-    if msg_id.len() > 64 || !msg_id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(format!("body: MsgId {msg_id:?} is not 1..=64 letters and digits"));
-    }
+    let body = |e: String| format!("body: {e}");
+    fields::check_msg_id(&msg_id).map_err(body)?;
+    fields::check_msg_type(&msg_type).map_err(body)?;
+    envelope.end_to_end_ids.iter().try_for_each(|e| fields::check_end_to_end_id(e)).map_err(body)?;
     Ok(NewOutbound {
         msg_id,
         msg_type,

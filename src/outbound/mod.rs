@@ -6,6 +6,7 @@
 
 pub mod confirm;
 pub mod correlate;
+pub mod fields;
 pub mod gates;
 pub mod ingress;
 pub mod results;

@@ -1,6 +1,7 @@
 //! Reading outbound rows and history lines back from Postgres, and the split
-//! of Postgres errors into transient (`Unavailable`) and fatal (a statement cut
-//! by the query timeout is transient).
+//! of Postgres errors into transient (`Unavailable`), refused values
+//! (`Refused`: a data exception) and fatal (a statement cut by the query
+//! timeout is transient).
 
 use std::time::SystemTime;
 
@@ -52,15 +53,32 @@ pub(super) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(r: &'a Row, i: usiz
 }
 
 /// Connection trouble, shutdown, resource exhaustion, serialization failure and
-/// deadlock are transient; anything else (a constraint, a bad query) is a bug.
+/// deadlock are transient; values Postgres cannot take (a data exception, an
+/// index row too large) are refused; anything else (a constraint, a bad
+/// query) is a bug.
 pub(crate) fn pg_error(e: &tokio_postgres::Error) -> OutboundError {
     let transient_class =
         |code: &str| ["08", "53", "57", "58"].iter().any(|c| code.starts_with(c)) || code == "40001" || code == "40P01";
     match e.code() {
         Some(code) if transient_class(code.code()) => OutboundError::Unavailable(e.to_string()),
+        Some(code) if is_data_error(code.code()) => OutboundError::Refused(db_detail(e)),
         Some(_) => OutboundError::Fatal(e.to_string()),
         None if e.is_closed() || io_source(e) => OutboundError::Unavailable(e.to_string()),
         None => OutboundError::Fatal(e.to_string()),
+    }
+}
+
+/// SQLSTATE class 22 (data exception: NUL in text, bad encoding, a bad
+/// escape in JSON…) or 54000 (program limit exceeded: an index row too large).
+pub(crate) fn is_data_error(code: &str) -> bool {
+    code.starts_with("22") || code == "54000"
+}
+
+/// `message (SQLSTATE)`, without the values (they are what was refused).
+fn db_detail(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
     }
 }
 

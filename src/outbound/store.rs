@@ -23,10 +23,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use cabine_actors::ports::outbound::{
     Batch, BatchSize, ClaimToken, ConfirmOutcome, ConfirmRef, Inserted, InvalidOutbound, NewOutbound, OutboundDetail,
-    OutboundError, OutboundStatus, OutboundStore, Page, QueueDepth, Recorded, Reprocessed, SendResult, Settled,
-    Settlement, SpiVerdict,
+    OutboundError, OutboundStatus, OutboundStore, Page, Parked, ParkedPage, QueueDepth, Recorded, Reprocessed,
+    SendResult, Settled, Settlement, SpiVerdict, Unparked,
 };
-use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultEvent, ResultStatus};
+use cabine_actors::ports::outbound_bus::{Arrival, OutboundRequest, ResultEvent, ResultStatus};
 use deadpool_postgres::GenericClient;
 
 use crate::db::Db;
@@ -38,6 +38,7 @@ use crate::config::{ChannelId, Ispb, Settings};
 use crate::db::bounded::{self, Conn};
 
 mod insert;
+mod park;
 mod queries;
 mod record;
 mod settle;
@@ -122,6 +123,22 @@ impl OutboundStore for PgOutboundStore {
 
     async fn insert_batch(&self, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, OutboundError> {
         self.store_requests(requests).await
+    }
+
+    async fn park(&self, arrivals: &[Arrival], reason: &str) -> Result<usize, OutboundError> {
+        self.park_arrivals(arrivals, reason).await
+    }
+
+    async fn parked(&self, after: Option<i64>, limit: u32) -> Result<ParkedPage, OutboundError> {
+        self.parked_page(after, limit).await
+    }
+
+    async fn parked_request(&self, ingress_ref: &str) -> Result<Option<Parked>, OutboundError> {
+        self.parked_one(ingress_ref).await
+    }
+
+    async fn unpark(&self, ingress_ref: &str, request: &OutboundRequest) -> Result<Unparked, OutboundError> {
+        self.unpark_request(ingress_ref, request).await
     }
 
     /// The expiry and the claim run side by side (two connections, one round
@@ -216,7 +233,8 @@ impl OutboundStore for PgOutboundStore {
     }
 
     async fn depth(&self) -> Result<QueueDepth, OutboundError> {
-        self.queue_depth().await
+        let (depth, parked) = tokio::join!(self.queue_depth(), self.parked_count());
+        Ok(QueueDepth { parked: parked?, ..depth? })
     }
 }
 

@@ -87,6 +87,8 @@ pub enum InjectKind {
     Pacs008,
     Pacs002,
     Malformed,
+    /// `body` as given, byte for byte (UTF-8 of the JSON string: NUL bytes included).
+    Raw,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,6 +101,36 @@ pub struct InjectRequest {
     #[serde(default = "pacs008")]
     pub kind: InjectKind,
     pub rate_per_s: Option<f64>,
+    /// The `PI-ResourceId` to deliver the message under instead of a fresh one
+    /// (any length up to 16 KiB, anything but CR and LF): one message only.
+    pub resource_id: Option<String>,
+    /// The message of `kind: raw`.
+    pub body: Option<String>,
+}
+
+/// Longest `resource_id` an inject may give (twice the client's default header limit).
+const MAX_INJECTED_RESOURCE_ID: usize = 16 * 1024;
+
+impl InjectRequest {
+    fn check(&self) -> Result<(), ControlError> {
+        let bad = |why: &str| Err(ControlError::BadRequest(why.to_owned()));
+        if self.count == 0 || self.count > MAX_INJECT {
+            return bad(&format!("count must be within 1..={MAX_INJECT}"));
+        }
+        if self.rate_per_s.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            return bad("rate_per_s must be a positive number");
+        }
+        if (self.kind == InjectKind::Raw) != self.body.is_some() {
+            return bad("body goes with kind raw, and kind raw needs a body");
+        }
+        match &self.resource_id {
+            Some(_) if self.count != 1 => bad("resource_id names one message: count must be 1"),
+            Some(id) if id.is_empty() || id.len() > MAX_INJECTED_RESOURCE_ID || id.contains(['\r', '\n']) => {
+                bad(&format!("resource_id must be 1..={MAX_INJECTED_RESOURCE_ID} bytes without CR or LF"))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 fn one() -> usize {
@@ -120,12 +152,7 @@ struct Injected {
 async fn inject(State(state): State<ControlState>, Json(req): Json<InjectRequest>) -> Result<Response, ControlError> {
     let shared = &state.shared;
     let lane = lane_of(shared, req.ispb.as_deref(), req.channel.as_deref())?.clone();
-    if req.count == 0 || req.count > MAX_INJECT {
-        return Err(ControlError::BadRequest(format!("count must be within 1..={MAX_INJECT}")));
-    }
-    if req.rate_per_s.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
-        return Err(ControlError::BadRequest("rate_per_s must be a positive number".to_owned()));
-    }
+    req.check()?;
     if lane.queued() + req.count > shared.cfg.max_queue {
         return Err(ControlError::QueueFull(shared.cfg.max_queue));
     }
@@ -137,11 +164,13 @@ async fn inject(State(state): State<ControlState>, Json(req): Json<InjectRequest
                 InjectKind::Pacs008 => generator.credit_transfer(&lane.ispb, now),
                 InjectKind::Pacs002 => generator.status_report(&lane.ispb, now),
                 InjectKind::Malformed => generator.malformed(&lane.ispb, now, &shared.templates),
+                InjectKind::Raw => Draft::Raw(req.body.clone().unwrap_or_default().into()),
             })
             .collect()
     };
     let msg_ids = drafts.iter().map(|d| d.msg_id().map(str::to_owned)).collect();
-    let messages: Vec<Message> = drafts.into_iter().map(|d| Message::new(shared.next_resource_id(), d)).collect();
+    let resource_id = || req.resource_id.as_deref().map_or_else(|| shared.next_resource_id(), Arc::from);
+    let messages: Vec<Message> = drafts.into_iter().map(|d| Message::new(resource_id(), d)).collect();
     let ids = messages.iter().map(|m| m.resource_id.to_string()).collect();
     match req.rate_per_s {
         None => {

@@ -85,7 +85,7 @@ async fn requests_are_pulled_parsed_stored_then_acknowledged() {
     let pulled = pull_batch(&consumer, 10, Duration::from_millis(500), &rules).await.unwrap();
     assert_eq!(pulled.len(), 3);
     let mut outcomes = Vec::new();
-    for (i, Pulled { request, ack }) in pulled.into_iter().enumerate() {
+    for (i, Pulled { request, ack, .. }) in pulled.into_iter().enumerate() {
         let stored = match &request {
             OutboundRequest::Valid(m) => {
                 assert_eq!(m.priority, if i == 0 { Priority::Critical } else { Priority::Normal });

@@ -11,4 +11,5 @@ mod common;
 mod confirm;
 mod doubt;
 mod outcomes;
+mod poison;
 mod store;

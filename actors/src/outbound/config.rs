@@ -24,6 +24,11 @@ pub struct OutboundConfig {
     /// Requests per pull from the bus, and the longest wait of one pull.
     pub pull_batch: usize,
     pub pull_wait: Duration,
+    /// A request delivered more often than this without being stored is parked
+    /// (kept raw, acknowledged) instead of being tried again: one poison
+    /// request never comes back every `ack_wait` forever, nor takes the
+    /// requests pulled beside it along.
+    pub max_deliver: u32,
     /// Back-pressure: the dispatcher stops pulling while this many rows are queued.
     pub max_queued: u64,
     /// Queue depth, breaker and bucket are read this often (status, metrics, back-pressure).
@@ -62,6 +67,7 @@ impl OutboundConfig {
             max_batch_bytes: 4 * 1024 * 1024,
             pull_batch: 100,
             pull_wait: Duration::from_secs(1),
+            max_deliver: 10,
             max_queued: 50_000,
             status_interval: Duration::from_secs(1),
             costs: CostTable::default(),
@@ -83,6 +89,9 @@ impl OutboundConfig {
         let fail = |key, rule| Err(TreeConfigError { key, rule });
         if !(1..=1000).contains(&self.pull_batch) || self.pull_wait.is_zero() {
             return fail("outbound.pull_batch", "pull_batch in 1..=1000 and pull_wait > 0");
+        }
+        if self.max_deliver == 0 {
+            return fail("outbound.max_deliver", "must be ≥ 1");
         }
         if self.max_queued == 0 || self.max_batch_bytes == 0 {
             return fail("outbound.max_queued", "max_queued and max_batch_bytes must be > 0");

@@ -5,8 +5,12 @@
 //! metrics, handed to the senders, and used for back-pressure — while the
 //! queued rows (last depth + rows inserted since) reach `max_queued` it stops
 //! pulling, and resumes once a probe shows fewer. It pulls only once a depth
-//! is known (fail closed). Drain: stop pulling; a pull still waiting on the
-//! bus is aborted (nothing taken), a round that is storing finishes.
+//! is known (fail closed), and again only after a probe once a round found the
+//! store down (each pull spends a delivery of what it takes; past
+//! `max_deliver` a request is parked). Parked requests waiting for an
+//! operator show as `parked_waiting` and `cabine_outbound_parked`. Drain: stop
+//! pulling; a pull still waiting on the bus is aborted (nothing taken), a
+//! round that is storing finishes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -161,6 +165,7 @@ impl OutboundDispatcher {
             ("inserted", report.inserted),
             ("duplicates", report.duplicates),
             ("invalid", report.invalid),
+            ("parked", report.parked),
             ("ack_failures", report.ack_failures),
         ] {
             board.add_detail(ID, key, n as u64);
@@ -182,6 +187,13 @@ impl OutboundDispatcher {
                 state.pull_generation += 1;
                 let generation = state.pull_generation;
                 me.send_after(state.backoff.next_delay(), move || DispatcherMsg::Pull { generation });
+            }
+            IntakeEnd::StoreUnavailable(why) => {
+                // Fail closed until a depth probe gets an answer: pulling while
+                // the store is down would spend every request's deliveries.
+                board.set_error(ID, why);
+                board.set_state(ID, "store unavailable");
+                state.queued = None;
             }
             IntakeEnd::Fatal(why) => return Err(why.into()),
         }
@@ -216,7 +228,9 @@ impl OutboundDispatcher {
                 self.pull(me, state);
             }
             Err(OutboundError::Unavailable(e)) => self.ctx.board.set_error(ID, format!("queue depth unknown: {e}")),
-            Err(OutboundError::Fatal(e)) => return Err(format!("queue depth: {e}").into()),
+            Err(e @ (OutboundError::Fatal(_) | OutboundError::Refused(_))) => {
+                return Err(format!("queue depth: {e}").into());
+            }
         }
         state.probe_generation += 1;
         let generation = state.probe_generation;
@@ -253,6 +267,8 @@ impl OutboundDispatcher {
         let board = &self.ctx.board;
         board.set_detail(ID, "queue_depth", Value::Object(by_channel));
         board.set_detail(ID, "queued", depth.queued());
+        board.set_detail(ID, "parked_waiting", depth.parked);
+        metrics::parked(depth.parked);
         board.set_detail(ID, "sending", depth.lines.iter().map(|l| l.sending).sum::<u64>());
     }
 

@@ -163,6 +163,6 @@ async fn run(ports: OutboundPorts, config: Arc<OutboundConfig>, republish_after:
 fn note(report: &mut JanitorReport, step: &str, e: OutboundError) {
     match e {
         OutboundError::Unavailable(m) => report.errors.push(format!("{step}: {m}")),
-        OutboundError::Fatal(m) => report.fatal = Some(format!("{step}: {m}")),
+        OutboundError::Fatal(m) | OutboundError::Refused(m) => report.fatal = Some(format!("{step}: {m}")),
     }
 }

@@ -5,6 +5,7 @@
 use std::str::FromStr;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::ChannelId;
@@ -113,15 +114,40 @@ pub trait IngressAck: Send + 'static {
     async fn ack(self: Box<Self>) -> Result<(), IngressError>;
 }
 
-/// A pulled request and the handle that acknowledges it.
+/// A request as it came off the bus, byte for byte: what a parked copy keeps
+/// and what a reprocess parses again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// `{stream}:{sequence}:{published ns}`: the key of a parked copy.
+    pub ingress_ref: Option<String>,
+    pub subject: String,
+    /// The `Cabine-*` headers, as received (name, value).
+    pub headers: Vec<(String, String)>,
+    pub raw: Bytes,
+    /// How often the bus has delivered it, this time included (1 the first time).
+    pub deliveries: u32,
+}
+
+impl Arrival {
+    /// A header's value, the name compared case-insensitively.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone())
+    }
+}
+
+/// A pulled request (parsed), the bus message it was read from, and the handle that acknowledges it.
 pub struct Pulled {
     pub request: OutboundRequest,
+    pub arrival: Arrival,
     pub ack: Box<dyn IngressAck>,
 }
 
 impl std::fmt::Debug for Pulled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pulled").field("request", &self.request).finish_non_exhaustive()
+        f.debug_struct("Pulled")
+            .field("request", &self.request)
+            .field("deliveries", &self.arrival.deliveries)
+            .finish_non_exhaustive()
     }
 }
 

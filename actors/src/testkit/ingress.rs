@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::ports::outbound_bus::{IngressAck, IngressError, OutboundIngress, OutboundRequest, Pulled};
+use crate::ports::outbound_bus::{Arrival, IngressAck, IngressError, OutboundIngress, OutboundRequest, Pulled};
 
 struct Entry {
     request: OutboundRequest,
@@ -104,9 +104,25 @@ impl FakeIngress {
                 audit.redelivered += 1;
             }
             let ack = Box::new(FakeAck { ingress: self.clone(), seq: *seq });
-            out.push(Pulled { request: e.request.clone(), ack });
+            out.push(Pulled { request: e.request.clone(), arrival: arrival(*seq, &e.request, e.deliveries), ack });
         }
         out
+    }
+}
+
+/// The bus message a request came as: subject `out.{channel}`, no headers.
+fn arrival(seq: u64, request: &OutboundRequest, deliveries: u32) -> Arrival {
+    let (raw, channel) = match request {
+        OutboundRequest::Valid(m) => (m.raw.clone(), Some(m.channel)),
+        OutboundRequest::Invalid(m) => (m.raw.clone(), m.channel),
+    };
+    let channel = channel.map_or("unknown", |c| c.as_str());
+    Arrival {
+        ingress_ref: Some(format!("OUT:{seq}")),
+        subject: format!("out.{channel}"),
+        headers: vec![],
+        raw,
+        deliveries,
     }
 }
 

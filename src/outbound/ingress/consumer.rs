@@ -8,12 +8,18 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::pull::{self, Batch};
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, Message, message::Acker};
-use cabine_actors::ports::outbound_bus::{IngressAck, IngressError, OutboundIngress, Pulled};
+use cabine_actors::ports::outbound_bus::{Arrival, IngressAck, IngressError, OutboundIngress, Pulled};
 use futures::StreamExt;
 
 use super::{IngressRules, RawRequest, channel_of_subject, parse_request};
 
-/// Creates (or finds) the durable pull consumer `name` on `stream`.
+/// Creates (or finds) the durable pull consumer `name` on `stream`. JetStream
+/// itself redelivers without bound (`max_deliver: -1`): at its bound it would
+/// stop delivering a request and leave it in the stream, unacknowledged and
+/// unseen — when that last delivery met a store outage, nothing could have
+/// kept it. The bound is the intake's (`outbound.max_deliver`, counted by
+/// JetStream's delivery count): past it a request is parked in Postgres, which
+/// only succeeds when Postgres answers; until then the bus keeps redelivering.
 pub async fn ensure_consumer(
     js: &jetstream::Context,
     stream: &str,
@@ -94,20 +100,28 @@ fn ended(pulled: &[Pulled], e: &dyn std::fmt::Display) -> Result<(), IngressErro
 }
 
 fn parse(message: Message, rules: &IngressRules) -> Pulled {
-    let (ingress_ref, published) = match message.info() {
+    let (ingress_ref, published, deliveries) = match message.info() {
         Ok(i) => (
             Some(format!("{}:{}:{}", i.stream, i.stream_sequence, i.published.unix_timestamp_nanos())),
             i.published.into(),
+            u32::try_from(i.delivered).unwrap_or(u32::MAX),
         ),
-        Err(_) => (None, SystemTime::now()),
+        Err(_) => (None, SystemTime::now(), 1),
     };
     let (message, acker) = message.split();
     let headers = message.headers.unwrap_or_default();
     let header = |name: &str| header_value(&headers, name);
     let channel = channel_of_subject(message.subject.as_str(), rules);
+    let arrival = Arrival {
+        ingress_ref: ingress_ref.clone(),
+        subject: message.subject.to_string(),
+        headers: kept_headers(&headers),
+        raw: message.payload.clone(),
+        deliveries,
+    };
     let request =
         parse_request(RawRequest { channel, header: &header, body: message.payload, ingress_ref, published }, rules);
-    Pulled { request, ack: Box::new(JetStreamAck(acker)) }
+    Pulled { request, arrival, ack: Box::new(JetStreamAck(acker)) }
 }
 
 /// A header's first value, the name compared case-insensitively.
@@ -117,6 +131,20 @@ fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
         .find(|(k, _)| AsRef::<str>::as_ref(*k).eq_ignore_ascii_case(name))
         .and_then(|(_, v)| v.first())
         .map(|v| v.as_str().to_owned())
+}
+
+/// The headers a parked copy keeps: `Cabine-*` (what a reprocess parses
+/// again) and `Nats-Msg-Id`, first value each, at most 16.
+fn kept_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    let kept = |k: &str| {
+        k.get(..7).is_some_and(|p| p.eq_ignore_ascii_case("cabine-")) || k.eq_ignore_ascii_case("nats-msg-id")
+    };
+    headers
+        .iter()
+        .filter(|(k, _)| kept(k.as_ref()))
+        .filter_map(|(k, v)| Some((AsRef::<str>::as_ref(k).to_owned(), v.first()?.as_str().to_owned())))
+        .take(16)
+        .collect()
 }
 
 struct JetStreamAck(Acker);

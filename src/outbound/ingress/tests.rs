@@ -120,6 +120,10 @@ fn malformed_or_incomplete_xml_is_invalid_and_kept() {
     let no_type = PACS008.replace("<MsgDefIdr>pacs.008.spi.1.16</MsgDefIdr>", "");
     let no_id = PACS008.replace("M0003816612345678901234567890123", "");
     let odd_id = PACS008.replace("M0003816612345678901234567890123", "M-1 2");
+    let nul_id = PACS008.replace("M0003816612345678901234567890123", "M00038166\0X");
+    let huge_e2e = PACS008.replace("E9999901012341234123412345678900", &"E".repeat(4096));
+    let nul_e2e = PACS008.replace("E9999901012341234123412345678900", "E99\09");
+    let nul_type = PACS008.replace("pacs.008.spi.1.16", "pac\0s.008.spi.1.16");
     for (body, why) in [
         ("<Envelope><AppHdr></Envelope>", "malformed"),
         (truncated, "ends inside"),
@@ -127,6 +131,10 @@ fn malformed_or_incomplete_xml_is_invalid_and_kept() {
         (no_type.as_str(), "MsgDefIdr"),
         (no_id.as_str(), "MsgId"),
         (odd_id.as_str(), "letters and digits"),
+        (nul_id.as_str(), "letters and digits"),
+        (huge_e2e.as_str(), "(4096 bytes)"),
+        (nul_e2e.as_str(), "EndToEndId \"E99\\09\""),
+        (nul_type.as_str(), "message type"),
     ] {
         let i = invalid(parse(SUBJECT, &[], body));
         assert!(i.reason.contains(why), "{why}: {}", i.reason);

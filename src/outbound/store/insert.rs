@@ -1,15 +1,22 @@
 //! Storing pulled requests: a whole batch in ONE statement (a multi-row insert
 //! with its history lines, `ON CONFLICT DO NOTHING`), then — only when some
 //! ran into a stored MsgId or ingress ref — one read of the rows they hit.
+//!
+//! Poison never fails the batch: a valid request whose fields the table cannot
+//! hold (`fields.rs`) becomes a `rejected_invalid` candidate before the insert,
+//! the text of an invalid one is cleaned and cut; and should Postgres still
+//! refuse the statement's values (a data exception), the batch is stored one
+//! row at a time, a refused row as a bare `rejected_invalid` (raw kept).
 
 use std::time::SystemTime;
 
 use cabine_actors::ports::outbound::{Inserted, InvalidOutbound, NewOutbound, OutboundError, OutboundRow, Priority};
-use cabine_actors::ports::outbound_bus::OutboundRequest;
+use cabine_actors::ports::outbound_bus::{OutboundRequest, ResultStatus};
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
 
 use super::PgOutboundStore;
+use crate::outbound::fields;
 use crate::outbound::rows::{ROW_COLUMNS, get, outbound_row, pg_error};
 use crate::outbound::transition::{CHANGE_COLUMNS, Change};
 
@@ -56,7 +63,10 @@ struct Candidate<'a> {
 impl<'a> Candidate<'a> {
     fn of(request: &'a OutboundRequest, now: SystemTime) -> Self {
         match request {
-            OutboundRequest::Valid(m) => Self::valid(m),
+            OutboundRequest::Valid(m) => match fields::check_storable(m) {
+                Ok(()) => Self::valid(m),
+                Err(why) => Self::unstorable(m, &why, now),
+            },
             OutboundRequest::Invalid(m) => Self::invalid(m, now),
         }
     }
@@ -78,21 +88,46 @@ impl<'a> Candidate<'a> {
 
     fn invalid(m: &'a InvalidOutbound, now: SystemTime) -> Self {
         let reason = match &m.claimed_msg_id {
-            Some(id) => format!("{} (MsgId read: {id})", m.reason),
+            Some(id) => format!("{} (MsgId read: {})", m.reason, fields::shown(id)),
             None => m.reason.clone(),
         };
+        Self::rejected(m.ingress_ref.as_deref(), m.channel.map(|c| c.as_str()), reason, &m.raw, now)
+    }
+
+    /// A valid request the table cannot hold as it is: kept as `rejected_invalid`, raw intact.
+    fn unstorable(m: &'a NewOutbound, why: &str, now: SystemTime) -> Self {
+        let reason = format!("not storable as sent: {why}");
+        let ingress_ref = m.ingress_ref.as_deref().filter(|r| r.len() <= 256 && !r.contains('\0'));
+        Self::rejected(ingress_ref, Some(m.channel.as_str()), reason, &m.raw, now)
+    }
+
+    fn rejected(
+        ingress_ref: Option<&'a str>,
+        channel: Option<&'static str>,
+        reason: String,
+        raw: &'a [u8],
+        now: SystemTime,
+    ) -> Self {
         Candidate {
             msg_id: None,
-            ingress_ref: m.ingress_ref.as_deref(),
+            ingress_ref,
             msg_type: None,
-            channel: m.channel.map(|c| c.as_str()),
+            channel,
             priority: Priority::Normal.rank(),
             deadline: now,
             status: "rejected_invalid",
             end_to_end_ids: Value::Array(Vec::new()),
-            last_error: Some(reason),
-            raw: &m.raw,
+            last_error: Some(fields::text(&reason)),
+            raw,
         }
+    }
+
+    /// What is left when Postgres refuses this row's values: the bare rejected
+    /// row (no MsgId, no EndToEndIds, the raw body) with Postgres's reason.
+    fn bare(&self, refused: &str, now: SystemTime) -> Self {
+        let reason = format!("refused by Postgres ({refused}); stored raw");
+        let ingress_ref = self.ingress_ref.filter(|r| !r.contains('\0'));
+        Self::rejected(ingress_ref, self.channel, reason, self.raw, now)
     }
 
     /// Whether `change` is the row this candidate became.
@@ -115,8 +150,14 @@ impl PgOutboundStore {
     /// The batch insert behind `insert`, `insert_invalid` and `insert_batch`.
     pub(super) async fn store_requests(&self, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, OutboundError> {
         let now = SystemTime::now();
-        let candidates: Vec<Candidate> = requests.iter().map(|r| Candidate::of(r, now)).collect();
-        let mut changes = self.insert_candidates(&candidates).await?;
+        let mut candidates: Vec<Candidate> = requests.iter().map(|r| Candidate::of(r, now)).collect();
+        let mut changes = match self.insert_candidates(&candidates).await {
+            Err(OutboundError::Refused(why)) => {
+                tracing::warn!(why, rows = candidates.len(), "a batch refused by Postgres: stored one row at a time");
+                self.insert_one_by_one(&mut candidates, now).await?
+            }
+            other => other?,
+        };
         let mut answers: Vec<Option<Inserted>> = Vec::with_capacity(candidates.len());
         for c in &candidates {
             let new = changes.iter().position(|ch| c.became(ch)).map(|i| changes.swap_remove(i));
@@ -145,6 +186,29 @@ impl PgOutboundStore {
         let p: [&(dyn ToSql + Sync); 11] =
             [&self.ispb, &msg_ids, &refs, &types, &channels, &priorities, &deadlines, &statuses, &e2e, &errors, &raws];
         self.changes(&insert_sql(), &p).await
+    }
+
+    /// Each candidate in its own statement; one whose values Postgres refuses is
+    /// replaced by its bare form (and stored so). Rows stored before an error stay.
+    async fn insert_one_by_one(
+        &self,
+        candidates: &mut [Candidate<'_>],
+        now: SystemTime,
+    ) -> Result<Vec<Change>, OutboundError> {
+        let mut changes = Vec::with_capacity(candidates.len());
+        for c in candidates.iter_mut() {
+            match self.insert_candidates(std::slice::from_ref(c)).await {
+                Ok(mut one) => changes.append(&mut one),
+                Err(OutboundError::Refused(why)) => {
+                    tracing::warn!(why, ingress_ref = c.ingress_ref, "a request refused by Postgres: kept raw");
+                    metrics::counter!("cabine_outbound_refused_rows_total").increment(1);
+                    *c = c.bare(&why, now);
+                    changes.append(&mut self.insert_candidates(std::slice::from_ref(c)).await?);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(changes)
     }
 
     /// The stored rows (with their bodies) the conflicting candidates ran into.
@@ -189,10 +253,12 @@ fn duplicate_of(c: &Candidate, stored: &[(OutboundRow, Vec<u8>)]) -> Result<Inse
 }
 
 fn count_inserts(answers: &[Inserted], requests: &[OutboundRequest]) {
-    let invalid = requests.iter().filter(|r| matches!(r, OutboundRequest::Invalid(_))).count();
-    metrics::counter!("cabine_outbound_invalid_total").increment(invalid as u64);
+    let invalid = |a: &Inserted| matches!(a, Inserted::New { event } if event.status == ResultStatus::RejectedInvalid);
+    let rejected = answers.iter().zip(requests).filter(|(a, r)| matches!(r, OutboundRequest::Invalid(_)) || invalid(a));
+    metrics::counter!("cabine_outbound_invalid_total").increment(rejected.count() as u64);
     for (answer, request) in answers.iter().zip(requests) {
         let outcome = match answer {
+            Inserted::New { .. } if invalid(answer) => "rejected_invalid",
             Inserted::New { .. } => "accepted",
             Inserted::Duplicate { .. } => "duplicate",
         };

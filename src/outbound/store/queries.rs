@@ -173,6 +173,6 @@ impl PgOutboundStore {
                 })
             })
             .collect::<Result<_, OutboundError>>()?;
-        Ok(QueueDepth { lines })
+        Ok(QueueDepth { lines, parked: 0 })
     }
 }

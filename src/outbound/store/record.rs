@@ -21,6 +21,7 @@ use cabine_actors::ports::outbound_bus::ResultEvent;
 use deadpool_postgres::GenericClient;
 
 use super::{PAST_DEADLINE, PgOutboundStore, after_doubtful_attempt, events_counted, millis, run_changes};
+use crate::outbound::fields;
 use crate::outbound::rows::pg_error;
 use crate::outbound::transition::{Change, transition_sql};
 
@@ -45,11 +46,11 @@ impl Grouped {
         for (msg_id, result) in outcomes {
             let id = msg_id.clone();
             match result {
-                SendResult::Sent { resource_id } => push(&mut g.sent, id, resource_id.clone()),
+                SendResult::Sent { resource_id } => push(&mut g.sent, id, fields::resource_id(resource_id)),
                 SendResult::Rejected { status, reason } => {
-                    push(&mut g.rejected, id, format!("HTTP {status}: {reason}"))
+                    push(&mut g.rejected, id, fields::text(&format!("HTTP {status}: {reason}")))
                 }
-                SendResult::Failed { reason } => push(&mut g.failed, id, reason.clone()),
+                SendResult::Failed { reason } => push(&mut g.failed, id, fields::text(reason)),
                 SendResult::RateLimited { retry_after } => {
                     let wait = retry_after.unwrap_or(default_wait);
                     g.waiting.0.push(id);

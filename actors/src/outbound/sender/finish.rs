@@ -219,7 +219,9 @@ impl FinishLine {
                     }
                     tokio::time::sleep(delay).await;
                 }
-                Err(OutboundError::Fatal(e)) => return Err(TurnEnd::Fatal(format!("recording outcomes: {e}"))),
+                Err(OutboundError::Fatal(e) | OutboundError::Refused(e)) => {
+                    return Err(TurnEnd::Fatal(format!("recording outcomes: {e}")));
+                }
             }
         }
     }

@@ -129,6 +129,6 @@ async fn draw_waiting(input: &TurnInput, due: &[ReadyMessage]) -> Result<(), Tur
 pub fn store_failure(what: &str, e: OutboundError) -> TurnEnd {
     match e {
         OutboundError::Unavailable(m) => TurnEnd::Backoff(format!("{what}: {m}")),
-        OutboundError::Fatal(m) => TurnEnd::Fatal(format!("{what}: {m}")),
+        OutboundError::Fatal(m) | OutboundError::Refused(m) => TurnEnd::Fatal(format!("{what}: {m}")),
     }
 }

@@ -12,11 +12,13 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use crate::domain::ChannelId;
-use crate::ports::outbound_bus::{OutboundRequest, ResultEvent, ResultStatus};
+use crate::ports::outbound_bus::{Arrival, OutboundRequest, ResultEvent, ResultStatus};
 
+mod parked;
 mod send;
 mod values;
 
+pub use parked::{Parked, ParkedPage, ParkedState, Unparked};
 pub use send::{Recorded, SendResult, StatusClass};
 pub use values::{Deadline, DeadlineBudgets, DeadlineClass, OutboundStatus, Priority};
 
@@ -235,6 +237,8 @@ pub struct DepthLine {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QueueDepth {
     pub lines: Vec<DepthLine>,
+    /// Requests parked and not reprocessed yet (all channels).
+    pub parked: u64,
 }
 
 impl QueueDepth {
@@ -249,6 +253,12 @@ pub enum OutboundError {
     /// nothing is acknowledged or sent meanwhile.
     #[error("outbound store unavailable: {0}")]
     Unavailable(String),
+    /// Postgres refused the values of this call (a data exception, SQLSTATE
+    /// class 22, or a value too large for an index, 54000): the same call
+    /// fails again, whatever the retries, but the store is fine. The input is
+    /// bad: keep it elsewhere (an intake parks the request), answer 400.
+    #[error("outbound store refused the values: {0}")]
+    Refused(String),
     /// A bug or a schema problem: escalate.
     #[error("outbound store fatal: {0}")]
     Fatal(String),
@@ -263,9 +273,22 @@ pub trait OutboundStore: Send + Sync + 'static {
     /// Keeps an unreadable request as `rejected_invalid` (once per ingress ref).
     async fn insert_invalid(&self, msg: &InvalidOutbound) -> Result<Inserted, OutboundError>;
     /// Stores a pulled batch at once, each request as `insert` or `insert_invalid`
-    /// would; the answers come in the requests' order, all committed. On an
-    /// error some may be stored: acknowledge none, a redelivery is a duplicate.
+    /// would; the answers come in the requests' order, all committed. A request
+    /// whose values cannot be stored as they are (a NUL byte, an EndToEndId too
+    /// large for its index) is stored as `rejected_invalid` (fields cleaned or
+    /// cut, raw kept) and never fails the others. On an error some may be
+    /// stored: acknowledge none, a redelivery is a duplicate.
     async fn insert_batch(&self, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, OutboundError>;
+    /// Keeps requests the intake gives up on as they came off the bus
+    /// (`reason` says why), once per ingress ref; returns how many are new.
+    async fn park(&self, arrivals: &[Arrival], reason: &str) -> Result<usize, OutboundError>;
+    /// Parked requests not reprocessed yet, oldest first: id > `after`, at most `limit` (≤ 500).
+    async fn parked(&self, after: Option<i64>, limit: u32) -> Result<ParkedPage, OutboundError>;
+    /// One parked request (either state) by its ingress ref.
+    async fn parked_request(&self, ingress_ref: &str) -> Result<Option<Parked>, OutboundError>;
+    /// Stores `request` (the parked request parsed again) as `insert_batch`
+    /// would, and marks the parked row `reprocessed`; only a row still parked.
+    async fn unpark(&self, ingress_ref: &str, request: &OutboundRequest) -> Result<Unparked, OutboundError>;
     /// Expires this channel's overdue queued rows and claims up to `max` ready
     /// rows (priority, deadline; `FOR UPDATE SKIP LOCKED`) as `sending`; the two
     /// may run concurrently (disjoint rows), and a failed expiry may be left to

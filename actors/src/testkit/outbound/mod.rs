@@ -9,6 +9,7 @@
 //! are the outbox.
 //! Wall time comes from a clock that follows tokio's (paused) time.
 
+mod parked;
 mod reads;
 mod record;
 mod table;
@@ -25,10 +26,10 @@ use table::Table;
 use crate::domain::ChannelId;
 use crate::ports::outbound::{
     Batch, BatchSize, ClaimToken, ConfirmOutcome, ConfirmRef, Inserted, InvalidOutbound, NewOutbound, OutboundDetail,
-    OutboundError, OutboundStatus, OutboundStore, Page, Priority, QueueDepth, Recorded, Reprocessed, SendResult,
-    Settled, Settlement, SpiVerdict,
+    OutboundError, OutboundStatus, OutboundStore, Page, Parked, ParkedPage, ParkedState, Priority, QueueDepth,
+    Recorded, Reprocessed, SendResult, Settled, Settlement, SpiVerdict, Unparked,
 };
-use crate::ports::outbound_bus::{OutboundRequest, ResultEvent};
+use crate::ports::outbound_bus::{Arrival, OutboundRequest, ResultEvent};
 use crate::slot::schedule::WallClock;
 
 /// The adapter's policy (`[timing]` and `[outbound]` in the real one).
@@ -77,6 +78,16 @@ impl FakeOutboundStore {
 
     pub fn set_unavailable(&self, down: bool) {
         self.lock().unavailable = down;
+    }
+
+    /// Every insert holding `msg_id` fails with `error` (a request the store chokes on).
+    pub fn poison(&self, msg_id: &str, error: OutboundError) {
+        self.lock().poison.insert(msg_id.to_owned(), error);
+    }
+
+    /// Parked requests (both states), in parking order.
+    pub fn parked_rows(&self) -> Vec<Parked> {
+        self.lock().parked.clone()
     }
 
     /// Claims up to `max` ready rows (and expires overdue ones); the latency to answer with.
@@ -289,6 +300,13 @@ impl OutboundStore for FakeOutboundStore {
 
     async fn insert_batch(&self, requests: &[OutboundRequest]) -> Result<Vec<Inserted>, OutboundError> {
         let mut t = self.open()?;
+        let poisoned = requests.iter().find_map(|r| match r {
+            OutboundRequest::Valid(m) => t.poison.get(&m.msg_id).cloned(),
+            OutboundRequest::Invalid(_) => None,
+        });
+        if let Some(error) = poisoned {
+            return Err(error);
+        }
         Ok(requests
             .iter()
             .map(|r| match r {
@@ -296,6 +314,46 @@ impl OutboundStore for FakeOutboundStore {
                 OutboundRequest::Invalid(m) => self.insert_unreadable(&mut t, m),
             })
             .collect())
+    }
+
+    async fn park(&self, arrivals: &[Arrival], reason: &str) -> Result<usize, OutboundError> {
+        let mut t = self.open()?;
+        Ok(parked::park(&mut t, arrivals, reason, self.now()))
+    }
+
+    async fn parked(&self, after: Option<i64>, limit: u32) -> Result<ParkedPage, OutboundError> {
+        let t = self.open()?;
+        Ok(parked::page(&t, after, limit))
+    }
+
+    async fn parked_request(&self, ingress_ref: &str) -> Result<Option<Parked>, OutboundError> {
+        let t = self.open()?;
+        Ok(parked::find(&t, ingress_ref).map(|i| t.parked[i].clone()))
+    }
+
+    async fn unpark(&self, ingress_ref: &str, request: &OutboundRequest) -> Result<Unparked, OutboundError> {
+        let state = {
+            let t = self.open()?;
+            parked::find(&t, ingress_ref).map(|i| t.parked[i].state)
+        };
+        match state {
+            None => return Ok(Unparked::NotFound),
+            Some(ParkedState::Reprocessed) => return Ok(Unparked::AlreadyReprocessed),
+            Some(ParkedState::Parked) => {}
+        }
+        let mut stored = self.insert_batch(std::slice::from_ref(request)).await?;
+        let inserted = stored.pop().ok_or_else(|| OutboundError::Fatal("an insert without its answer".into()))?;
+        let mut t = self.open()?;
+        if let Some(i) = parked::find(&t, ingress_ref) {
+            let msg_id = match &inserted {
+                Inserted::New { event } => event.msg_id.clone(),
+                Inserted::Duplicate { row, .. } => row.msg_id.clone(),
+            };
+            let now = self.now();
+            let p = &mut t.parked[i];
+            (p.state, p.reprocessed_at, p.outbound_msg_id) = (ParkedState::Reprocessed, Some(now), msg_id);
+        }
+        Ok(Unparked::Stored(inserted))
     }
 
     async fn take_ready(&self, channel: ChannelId, max: BatchSize) -> Result<Batch, OutboundError> {

@@ -2,7 +2,7 @@
 //! the queue depth by (channel, priority).
 
 use super::table::Table;
-use crate::ports::outbound::{DepthLine, HistoryEntry, OutboundDetail, OutboundStatus, Page, QueueDepth};
+use crate::ports::outbound::{DepthLine, HistoryEntry, OutboundDetail, OutboundStatus, Page, ParkedState, QueueDepth};
 
 pub fn detail(t: &Table, msg_id: &str) -> Option<OutboundDetail> {
     let row = &t.rows[*t.by_msg_id.get(msg_id)?];
@@ -55,5 +55,6 @@ pub fn depth(t: &Table) -> QueueDepth {
         }
     }
     lines.sort_by_key(|l| (l.channel, l.priority));
-    QueueDepth { lines }
+    let parked = t.parked.iter().filter(|p| p.state == ParkedState::Parked).count() as u64;
+    QueueDepth { lines, parked }
 }

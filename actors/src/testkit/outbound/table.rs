@@ -113,6 +113,10 @@ pub struct Table {
     pub by_ref: HashMap<String, usize>,
     pub history: Vec<HistoryLine>,
     pub unavailable: bool,
+    /// Parked requests, in parking order.
+    pub parked: Vec<crate::ports::outbound::Parked>,
+    /// An insert holding one of these MsgIds fails with the error given.
+    pub poison: HashMap<String, crate::ports::outbound::OutboundError>,
     /// How long a take's answer travels back after the rows were claimed.
     pub take_latency: std::time::Duration,
     /// How long recording outcomes takes (applied at once, answered after it).

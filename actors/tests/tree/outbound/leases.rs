@@ -86,7 +86,7 @@ async fn drain_stops_pulling_finishes_the_send_in_flight_and_releases_every_send
 }
 
 #[tokio::test(start_paused = true)]
-async fn requests_are_acknowledged_only_once_stored_and_come_back_while_the_store_is_down() {
+async fn requests_are_acknowledged_only_once_stored_and_come_back_once_the_store_is_back() {
     let world = world(1, |_| {});
     let tree = start_pod(&world, "pod-a", outbound_config(1)).await;
     eventually("dispatcher pulling", ms(2000), || state_of(&tree, "outbound-dispatcher") == "pulling").await;
@@ -101,9 +101,10 @@ async fn requests_are_acknowledged_only_once_stored_and_come_back_while_the_stor
     .await;
     tokio::time::sleep(ms(3000)).await;
     assert_eq!(world.ingress.pending(), 10, "nothing acknowledged while nothing is stored");
-    assert!(world.ingress.audit().redelivered > 0, "unacknowledged requests came back");
+    assert_eq!(world.ingress.audit().redelivered, 0, "no pull while the store is down: no delivery spent");
     world.outbound.set_unavailable(false);
     all_in(&world, &all, S::Sent, ms(10_000)).await;
+    assert!(world.ingress.audit().redelivered > 0, "unacknowledged requests came back");
     assert_eq!((world.ingress.pending(), world.outbound.rows().len()), (0, 10));
     assert_sim_clean(&world, 1);
     tree.shutdown().await;

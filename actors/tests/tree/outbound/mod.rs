@@ -4,6 +4,7 @@
 mod breaker;
 mod flow;
 mod leases;
+mod poison;
 mod realtime;
 mod send_path;
 
