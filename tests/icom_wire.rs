@@ -58,7 +58,7 @@ fn envelopes_of_every_catalog_example() {
 fn a_nul_or_control_character_in_a_stored_field_makes_the_message_malformed() {
     let good = String::from_utf8(example("pacs.008_END_1_msg.xml").to_vec()).unwrap();
     for (from, to, field) in [
-        (SPI_BIZ, "M00038166\01234", "AppHdr/BizMsgIdr"),
+        (SPI_BIZ, "M00038166\x001234", "AppHdr/BizMsgIdr"),
         (E2E, "E99999010\u{1}", "EndToEndId"),
         ("pacs.008.spi.1.16", "pacs.008\0", "AppHdr/MsgDefIdr"),
     ] {

@@ -76,7 +76,9 @@ pub fn incompressible(seed: u64, len: usize) -> String {
     let mut x = seed | 1;
     (0..len)
         .map(|_| {
-            (x ^= x << 13, x ^= x >> 7, x ^= x << 17);
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
             char::from(ALNUM[(x % ALNUM.len() as u64) as usize])
         })
         .collect()

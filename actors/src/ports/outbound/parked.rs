@@ -58,6 +58,7 @@ pub struct ParkedPage {
 
 /// The answer to an unpark.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant, reason = "one per operator reprocess call, never stored")]
 pub enum Unparked {
     /// Stored now (or found stored: a duplicate), the parked row marked reprocessed.
     Stored(Inserted),
