@@ -30,6 +30,14 @@ fn describe_outbound_store() {
     );
     metrics::describe_counter!("cabine_outbound_invalid_total", "Outbound requests stored as invalid (never sent).");
     metrics::describe_counter!(
+        "cabine_outbound_parked_total",
+        "Outbound requests parked (past outbound.max_deliver or refused by the store)."
+    );
+    metrics::describe_counter!(
+        "cabine_outbound_refused_rows_total",
+        "Outbound rows Postgres refused (data errors), stored row by row as rejected_invalid with the raw body kept."
+    );
+    metrics::describe_counter!(
         "cabine_outbound_claims_recovered_total",
         "Outbound rows claimed for sending longer than timing.processing_timeout, returned to the queue."
     );
