@@ -11,6 +11,14 @@ pub fn poll(channel: ChannelId, outcome: &'static str, took: Duration) {
     metrics::histogram!("cabine_slot_poll_seconds", "channel" => channel.as_str()).record(took.as_secs_f64());
 }
 
+/// A cycle that delivered a batch: the GET that read it, and the rest of the
+/// cycle — lease check, gate, commit, hand-over — which is ours, not the protocol's.
+pub fn delivered_cycle(channel: ChannelId, get: Duration, took: Duration) {
+    metrics::histogram!("cabine_slot_get_seconds", "channel" => channel.as_str()).record(get.as_secs_f64());
+    metrics::histogram!("cabine_slot_cycle_overhead_seconds", "channel" => channel.as_str())
+        .record(took.saturating_sub(get).as_secs_f64());
+}
+
 /// A committed batch: received from ICOM, newly persisted, already there, malformed.
 pub fn batch(channel: ChannelId, received: usize, persisted: usize, duplicates: usize, malformed: usize) {
     let c = channel.as_str();
@@ -211,6 +219,14 @@ pub fn describe() {
     metrics::describe_histogram!(
         "cabine_slot_poll_seconds",
         "One poll cycle: GET, commit, hand-over to the publisher."
+    );
+    metrics::describe_histogram!(
+        "cabine_slot_get_seconds",
+        "The GET of a poll cycle that delivered a batch (the protocol's share of the cycle)."
+    );
+    metrics::describe_histogram!(
+        "cabine_slot_cycle_overhead_seconds",
+        "A delivering poll cycle minus its GET: lease check, gate, commit, hand-over (cabine's share)."
     );
     metrics::describe_counter!("cabine_inbound_messages_total", "Inbound messages by stage (received, persisted).");
     metrics::describe_counter!("cabine_actor_restarts_total", "Actors restarted by their supervisor, by kind.");

@@ -40,7 +40,26 @@ pub struct InboundReport {
     pub max_open_streams: u64,
     pub max_in_flight: u64,
     pub rejected_429: u64,
+    /// Fast run: mean GET of a delivering cycle (`cabine_slot_get_seconds`).
+    pub get_mean_ms: f64,
+    /// Stream slots × 10 / `get_mean_ms`: what the protocol allows, one GET at a time per stream.
+    pub protocol_bound_msgs_per_s: f64,
+    /// Concurrent 10-message commits, one writer per stream slot, same statement and table (`floor.rs`).
+    pub commit_floor_msgs_per_s: f64,
+    /// `msgs_per_s` over the tighter of the two bounds.
+    pub bound_ratio: f64,
+    /// Fixed-rate run: a delivering cycle minus its GET (bucket upper bounds).
+    pub overhead_p50_ms: f64,
+    pub overhead_p99_ms: f64,
     pub rss_mb_max: f64,
+}
+
+/// What the stage histograms say of a run, for the bound fields.
+#[derive(Debug, Default)]
+struct Bounds {
+    get_mean_ms: f64,
+    overhead_p50_ms: f64,
+    overhead_p99_ms: f64,
 }
 
 /// Timings of the bench's pods (also `bench outbound`'s): a lease of 4 s, so that a fresh
@@ -72,9 +91,28 @@ pub async fn run(args: &InboundBenchArgs, exe: &Path) -> anyhow::Result<InboundR
     let sim_args = ["--hold", "1s", "--seed", "1"].map(str::to_owned).to_vec();
     let spec = ClusterSpec { tag: "bench_inbound".into(), pods: args.pods.max(1), env: bench_env(), sim_args };
     let c = LocalCluster::start(exe, spec).await.context("starting the local cluster")?;
-    let outcome = measure(&c, args).await;
+    let outcome = match measure(&c, args).await {
+        Ok(report) => with_floor(&c, report).await,
+        Err(e) => Err(e),
+    };
     c.cleanup().await;
     outcome
+}
+
+/// Measures the commit floor once the runs are over, and the ratio to the tighter bound.
+async fn with_floor(c: &LocalCluster, mut r: InboundReport) -> anyhow::Result<InboundReport> {
+    let conn = c.postgres.get().await?;
+    let raw: Vec<u8> = conn.query_one("SELECT raw FROM inbox WHERE status = 'received' LIMIT 1", &[]).await?.get(0);
+    drop(conn);
+    let floor = super::floor::commit_floor(&c.postgres, c.settings.pools.stream.get(), raw.into()).await?;
+    r.commit_floor_msgs_per_s = round1(floor);
+    let tighter = r.protocol_bound_msgs_per_s.min(floor);
+    r.bound_ratio = if tighter > 0.0 { (r.msgs_per_s / tighter * 1000.0).round() / 1000.0 } else { 0.0 };
+    Ok(r)
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 async fn measure(c: &LocalCluster, args: &InboundBenchArgs) -> anyhow::Result<InboundReport> {
@@ -102,6 +140,15 @@ async fn measure(c: &LocalCluster, args: &InboundBenchArgs) -> anyhow::Result<In
         "rate_run": super::stages::between(&fast_stages, &rate_stages),
     });
     eprintln!("stages {profile}");
+    let overhead = |q: &str| {
+        profile["rate_run"]["cabine_slot_cycle_overhead_seconds{channel=\"cpm\"}"][q].as_f64().unwrap_or(-1.0)
+    };
+    let bounds = Bounds {
+        get_mean_ms: super::stages::mean_ms(&super::stages::Scrape::default(), &fast_stages, "cabine_slot_get_seconds")
+            .unwrap_or(0.0),
+        overhead_p50_ms: overhead("p50_le_ms"),
+        overhead_p99_ms: overhead("p99_le_ms"),
+    };
     let mut latency = Latency::default();
     reader.with(|a| {
         for (id, at) in &sent_at {
@@ -112,7 +159,7 @@ async fn measure(c: &LocalCluster, args: &InboundBenchArgs) -> anyhow::Result<In
     });
 
     let all: Vec<String> = fast.into_iter().chain(sent_at.into_keys()).collect();
-    report(c, args, &reader, &all, msgs_per_s, &latency).await
+    report(c, args, &reader, &all, msgs_per_s, &latency, bounds).await
 }
 
 async fn report(
@@ -122,6 +169,7 @@ async fn report(
     all: &[String],
     msgs_per_s: f64,
     latency: &Latency,
+    bounds: Bounds,
 ) -> anyhow::Result<InboundReport> {
     let deadline = Instant::now() + Duration::from_secs(15);
     while c.inbox_count("published_at IS NULL").await.unwrap_or(1) > 0 && Instant::now() < deadline {
@@ -150,8 +198,19 @@ async fn report(
         max_open_streams: peak("max_open_streams"),
         max_in_flight: peak("max_in_flight"),
         rejected_429: sum("rejected_429"),
+        get_mean_ms: (bounds.get_mean_ms * 100.0).round() / 100.0,
+        protocol_bound_msgs_per_s: round1(protocol_bound(c.settings.pools.stream.get(), bounds.get_mean_ms)),
+        commit_floor_msgs_per_s: 0.0,
+        bound_ratio: 0.0,
+        overhead_p50_ms: bounds.overhead_p50_ms,
+        overhead_p99_ms: bounds.overhead_p99_ms,
         rss_mb_max: c.pods.iter().filter_map(|p| p.child.id()).map(peak_rss_mb).fold(0.0, f64::max),
     })
+}
+
+/// Streams × 10 messages per GET of `get_ms`.
+fn protocol_bound(streams: u8, get_ms: f64) -> f64 {
+    if get_ms > 0.0 { f64::from(streams) * 10.0 * 1000.0 / get_ms } else { 0.0 }
 }
 
 /// Rows beyond one per message: a message stored twice under two keys shows here

@@ -5,6 +5,7 @@
 //! `bench outbound` the whole outbound pipeline of a local cluster.
 
 pub mod fates;
+pub mod floor;
 pub mod inbound;
 pub mod judge;
 pub mod latency;

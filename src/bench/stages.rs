@@ -15,6 +15,8 @@ pub const INBOUND: &[&str] = &[
     "cabine_icom_request_seconds",
     "cabine_inbox_commit_seconds",
     "cabine_slot_poll_seconds",
+    "cabine_slot_get_seconds",
+    "cabine_slot_cycle_overhead_seconds",
     "cabine_inbound_publication_lag_seconds",
     "cabine_redis_round_trip_seconds",
 ];

@@ -49,6 +49,11 @@ impl Subjects {
         format!("{}.out.{}.{}", self.prefix, self.ispb, channel)
     }
 
+    /// `{prefix}.hint.{ispb}.out`: "rows stored on this channel", between pods (core NATS, no stream).
+    pub fn work_hints(&self) -> String {
+        format!("{}.hint.{}.out", self.prefix, self.ispb)
+    }
+
     /// `{prefix}.out.result.{ispb}`: outbound state changes back to the core.
     pub fn results(&self) -> String {
         format!("{}.out.result.{}", self.prefix, self.ispb)

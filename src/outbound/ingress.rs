@@ -12,6 +12,7 @@
 //!   counted from the request's publication on the bus. Giving both is invalid.
 
 mod consumer;
+mod fuzz;
 
 use std::time::SystemTime;
 
@@ -22,6 +23,7 @@ use cabine_actors::ports::outbound::{
 use cabine_actors::ports::outbound_bus::OutboundRequest;
 
 pub use consumer::{ConsumerSpec, JetStreamIngress, ensure_consumer, pull_batch};
+pub use fuzz::fuzz_entry;
 
 use super::{fields, xml_fields};
 use crate::config::{ChannelId, Ispb, Settings};

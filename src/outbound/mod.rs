@@ -8,6 +8,7 @@ pub mod confirm;
 pub mod correlate;
 pub mod fields;
 pub mod gates;
+pub mod hints;
 pub mod ingress;
 pub mod results;
 mod rows;

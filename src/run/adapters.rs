@@ -14,6 +14,7 @@ use crate::config::Settings;
 use crate::http::{ClusterSource, OutboundOperator};
 use crate::icom::{ClientError, IcomChannels};
 use crate::inbox::PgInbox;
+use crate::outbound::hints::NatsWorkHints;
 use crate::outbound::ingress::{ConsumerSpec, IngressRules, JetStreamIngress};
 use crate::outbound::results::JetStreamResults;
 use crate::outbound::{OutboundPolicy, PgConfirmations, PgOutboundStore, PgSendGates};
@@ -44,6 +45,7 @@ pub struct OutboundAdapters {
     pub results: Arc<JetStreamResults>,
     pub confirmations: Arc<PgConfirmations>,
     pub gates: Arc<PgSendGates>,
+    pub hints: Arc<NatsWorkHints>,
 }
 
 impl OutboundAdapters {
@@ -78,6 +80,7 @@ impl OutboundAdapters {
                 settings.postgres.query_timeout,
             )),
             gates: Arc::new(PgSendGates::new(deps.postgres.clone(), ispb, settings.postgres.query_timeout)),
+            hints: Arc::new(NatsWorkHints::new(deps.nats.clone(), subjects.work_hints())),
         }
     }
 
@@ -108,6 +111,7 @@ impl OutboundAdapters {
             sends: icom,
             gates: self.gates.clone(),
             confirmations: self.confirmations.clone(),
+            hints: self.hints.clone(),
         }
     }
 }

@@ -109,6 +109,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     };
     let tree = Tree::start(settings.tree_config(&pod_id), adapters.ports()).await.context("starting the actor tree")?;
     let tree = Arc::new(tree);
+    let hints = adapters.outbound.is_some().then(|| {
+        let subject = crate::bus::Subjects::new(&settings.nats, &settings.cluster.ispb).work_hints();
+        crate::outbound::hints::relay(deps.nats.clone(), subject, tree.outbound_signal())
+    });
     let operator = http::Operator {
         tree: tree.clone(),
         cluster: Arc::new(adapters.cluster_source(&settings)),
@@ -134,6 +138,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let cause = stop::wait_for_stop(&tree).await;
     let code = stop::stop(cause, &tree, &adapters.publisher, &readiness, settings.timing.stop_timeout).await;
     let _ = stop_tx.send(true);
+    if let Some(relay) = &hints {
+        relay.abort();
+    }
     listeners.closed(std::time::Duration::from_millis(500)).await;
     Ok(code)
 }

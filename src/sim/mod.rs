@@ -17,6 +17,7 @@ mod control;
 mod der;
 mod envelope;
 mod faults;
+mod fuzz;
 mod generator;
 mod headers;
 mod lane;
@@ -46,6 +47,7 @@ pub use bucket::{BucketRate, BucketRates};
 pub use clock::{ManualClock, SimClock, SystemClock};
 pub use control::{InjectKind, MAX_INJECT};
 pub use faults::Faults;
+pub use fuzz::fuzz_entry;
 pub use problem::TYPE_BASE as PROBLEM_TYPE_BASE;
 pub use tls::{ClientFiles, ServerKeyKind, TlsError, TlsFiles, TlsOptions, provision};
 

@@ -101,6 +101,10 @@ fn describe_outbound_bus() {
         "cabine_outbound_results_republished_total",
         "Outbound result events published again by the janitor."
     );
+    metrics::describe_counter!(
+        "cabine_outbound_work_hints_total",
+        "Work hints between pods (rows stored on a channel), by direction: sent, failed, received."
+    );
 }
 
 fn describe_redis() {

@@ -8,7 +8,7 @@ use crate::config::TreeConfigError;
 use crate::domain::PoolSize;
 use crate::ports::breaker::CircuitBreaker;
 use crate::ports::outbound::{BatchSize, OutboundStore};
-use crate::ports::outbound_bus::{OutboundIngress, ResultSink};
+use crate::ports::outbound_bus::{OutboundIngress, ResultSink, WorkHints};
 use crate::ports::ratelimit::{CostTable, RateBucket};
 use crate::ports::{Confirmations, SendConnector, SendGates};
 
@@ -125,4 +125,6 @@ pub struct OutboundPorts {
     /// The send slots' gate rows (DESIGN §2.5).
     pub gates: Arc<dyn SendGates>,
     pub confirmations: Arc<dyn Confirmations>,
+    /// "Rows stored on this channel", to the other pods' senders.
+    pub hints: Arc<dyn WorkHints>,
 }

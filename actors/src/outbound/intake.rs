@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use crate::domain::ChannelId;
 use crate::metrics;
 use crate::outbound::{OutboundConfig, OutboundPorts, OutboundSignal};
 use crate::ports::outbound::{Inserted, OutboundError};
@@ -72,6 +73,8 @@ struct Round {
     events: Vec<ResultEvent>,
     /// Refused by the store on their own: parked at once, each with its reason.
     refused: Vec<(Pulled, String)>,
+    /// Channels with new rows: hinted to the other pods once each.
+    ready: Vec<ChannelId>,
 }
 
 impl Round {
@@ -89,6 +92,9 @@ impl Round {
             (OutboundRequest::Valid(m), Inserted::New { event }) => {
                 self.report.inserted += 1;
                 signal.work(m.channel);
+                if !self.ready.contains(&m.channel) {
+                    self.ready.push(m.channel);
+                }
                 self.events.push(event);
             }
             (OutboundRequest::Invalid(_), Inserted::New { event }) => {
@@ -125,6 +131,7 @@ pub async fn run(
     let (fresh, exhausted): (Vec<Pulled>, Vec<Pulled>) =
         pulled.into_iter().partition(|p| p.arrival.deliveries <= config.max_deliver);
     store_fresh(&ports, fresh, &signal, &mut round).await;
+    round.ready.iter().for_each(|channel| ports.hints.rows_stored(*channel));
     let why = format!("delivered more than outbound.max_deliver ({}) times without being stored", config.max_deliver);
     park(&ports, exhausted, &why, &mut round).await;
     for (pulled, why) in std::mem::take(&mut round.refused) {

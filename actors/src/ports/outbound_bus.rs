@@ -175,6 +175,14 @@ pub trait ResultSink: Send + Sync + 'static {
     async fn sweep(&self, older_than: Duration, max: u32) -> Result<usize, ResultsError>;
 }
 
+/// Tells every pod's senders that rows were committed on a channel, so a
+/// sender of another pod sends them now rather than at its next `idle_poll`.
+/// A hint only: Postgres is the truth, and a lost hint costs one `idle_poll`.
+/// Never blocks the intake.
+pub trait WorkHints: Send + Sync + 'static {
+    fn rows_stored(&self, channel: ChannelId);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -133,15 +133,18 @@ pub struct CycleReport {
 pub async fn run(mut input: CycleInput, mut stream: Box<dyn IcomStream>) -> CycleReport {
     let started = Instant::now();
     input.stage.set(stage_of(&input));
-    let (end, label) = match ready_lease(&mut input).await {
-        Err(end) => (end, "lease_lost"),
+    let (end, label, get) = match ready_lease(&mut input).await {
+        Err(end) => (end, "lease_lost", None),
         Ok(()) => match input.unpersisted.take() {
-            Some(received) => (persist(&mut input, received).await, "retry_commit"),
+            Some(received) => (persist(&mut input, received).await, "retry_commit", None),
             None => request(&mut input, stream.as_mut()).await,
         },
     };
     let took = started.elapsed();
     metrics::poll(input.slot.channel, label, took);
+    if let (Some(get), CycleEnd::Delivered { .. }) = (get, &end) {
+        metrics::delivered_cycle(input.slot.channel, get, took);
+    }
     CycleReport { end, stream, gate: input.gate, took }
 }
 
@@ -155,20 +158,24 @@ async fn ready_lease(input: &mut CycleInput) -> Result<(), CycleEnd> {
         .map_err(|cause| CycleEnd::LeaseLost(format!("lease not valid for a whole request: {cause}")))
 }
 
-/// Gate, then the GET (or start), then what its answer calls for.
-async fn request(input: &mut CycleInput, stream: &mut dyn IcomStream) -> (CycleEnd, &'static str) {
+/// Gate, then the GET (or start), then what its answer calls for; with how
+/// long the GET took, when one went out.
+async fn request(input: &mut CycleInput, stream: &mut dyn IcomStream) -> (CycleEnd, &'static str, Option<Duration>) {
     if let Err(end) = through_gate(input).await {
-        return (end, "gate");
+        return (end, "gate", None);
     }
     input.gate.spend();
+    let sent = Instant::now();
     let outcome = match &input.cursor {
         None => stream.start().await,
         Some(cursor) => stream.next(cursor).await,
     };
+    let get = sent.elapsed();
     if outcome.answered() {
         input.gate.answered();
     }
-    settle(input, outcome).await
+    let (end, label) = settle(input, outcome).await;
+    (end, label, Some(get))
 }
 
 /// Waits out a previous holder's window and arms when needed, then checks the

@@ -13,6 +13,7 @@ pub mod bucket;
 pub mod cluster;
 pub mod confirm;
 pub mod gate;
+pub mod hints;
 pub mod icom;
 mod icom_conn;
 pub mod inbox;
@@ -38,6 +39,7 @@ pub use breaker::{FakeBreaker, FakeBreakerSettings};
 pub use bucket::{FakeBucket, FakeBucketSettings};
 pub use confirm::{FakeConfirmations, outbound, outbound_xml, status_report};
 pub use gate::FakeSendGates;
+pub use hints::FakeHints;
 pub use ingress::FakeIngress;
 pub use outbound::{FakeOutboundPolicy, FakeOutboundStore};
 pub use results::FakeResults;
@@ -109,6 +111,7 @@ pub struct FakeWorld {
     pub icom_out: Arc<FakeIcomOut>,
     pub gates: Arc<FakeSendGates>,
     pub confirmations: Arc<FakeConfirmations>,
+    pub hints: Arc<FakeHints>,
 }
 
 impl FakeWorld {
@@ -137,6 +140,7 @@ impl FakeWorld {
             breaker: FakeBreaker::new(o.breaker),
             icom_out,
             gates: FakeSendGates::new(),
+            hints: FakeHints::new(),
             outbound,
         }
     }
@@ -158,6 +162,7 @@ impl FakeWorld {
                 sends: self.icom_out.connector(pod_id),
                 gates: self.gates.clone(),
                 confirmations: self.confirmations.clone(),
+                hints: self.hints.clone(),
             }),
         }
     }

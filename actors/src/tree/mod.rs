@@ -142,6 +142,11 @@ impl Tree {
         self.ctx.board.clone()
     }
 
+    /// The outbound actors' in-memory hints, for the relay of other pods' work hints.
+    pub fn outbound_signal(&self) -> crate::outbound::OutboundSignal {
+        self.ctx.signal.clone()
+    }
+
     /// The watchdog's active alerts (no mailbox involved).
     pub fn alerts(&self) -> Vec<crate::watchdog::Alert> {
         self.ctx.alerts.get()

@@ -25,6 +25,12 @@ async fn every_msg_id_is_sent_exactly_once_by_three_pods_within_the_send_pool() 
     assert_eq!(world.ingress.pending(), 0, "every request acknowledged");
     let pulled: u64 = pods.iter().map(|p| detail(p, "outbound-dispatcher", "inserted")).sum();
     assert_eq!(pulled, 300);
+    let hints = world.hints.sent();
+    assert!(
+        !hints.is_empty() && hints.len() < 300 && hints.iter().all(|c| *c == CPM),
+        "the other pods hinted once per round with new rows, not once per row: {} hints",
+        hints.len()
+    );
     eventually("idle senders give their leases back", ms(3000), || {
         (1..=2).all(|n| world.leases.holder_pod(Pool::Send(CPM), n).is_none())
     })
