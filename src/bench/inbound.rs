@@ -46,7 +46,12 @@ pub struct InboundReport {
     pub protocol_bound_msgs_per_s: f64,
     /// Concurrent 10-message commits, one writer per stream slot, same statement and table (`floor.rs`).
     pub commit_floor_msgs_per_s: f64,
-    /// `msgs_per_s` over the tighter of the two bounds.
+    /// The floor's mean 10-message commit.
+    pub commit_mean_ms: f64,
+    /// Stream slots × 10 / (`get_mean_ms` + `commit_mean_ms`): a stream's next GET
+    /// acknowledges its batch, so it waits for the commit (DESIGN §2.2).
+    pub serial_bound_msgs_per_s: f64,
+    /// `msgs_per_s` over the tightest of the three bounds.
     pub bound_ratio: f64,
     /// Fixed-rate run: a delivering cycle minus its GET (bucket upper bounds).
     pub overhead_p50_ms: f64,
@@ -104,9 +109,12 @@ async fn with_floor(c: &LocalCluster, mut r: InboundReport) -> anyhow::Result<In
     let conn = c.postgres.get().await?;
     let raw: Vec<u8> = conn.query_one("SELECT raw FROM inbox WHERE status = 'received' LIMIT 1", &[]).await?.get(0);
     drop(conn);
-    let floor = super::floor::commit_floor(&c.postgres, c.settings.pools.stream.get(), raw.into()).await?;
-    r.commit_floor_msgs_per_s = round1(floor);
-    let tighter = r.protocol_bound_msgs_per_s.min(floor);
+    let streams = c.settings.pools.stream.get();
+    let floor = super::floor::commit_floor(&c.postgres, streams, raw.into()).await?;
+    r.commit_floor_msgs_per_s = round1(floor.msgs_per_s);
+    r.commit_mean_ms = (floor.commit_mean_ms * 100.0).round() / 100.0;
+    r.serial_bound_msgs_per_s = round1(protocol_bound(streams, r.get_mean_ms + floor.commit_mean_ms));
+    let tighter = r.protocol_bound_msgs_per_s.min(floor.msgs_per_s).min(r.serial_bound_msgs_per_s);
     r.bound_ratio = if tighter > 0.0 { (r.msgs_per_s / tighter * 1000.0).round() / 1000.0 } else { 0.0 };
     Ok(r)
 }
@@ -201,6 +209,8 @@ async fn report(
         get_mean_ms: (bounds.get_mean_ms * 100.0).round() / 100.0,
         protocol_bound_msgs_per_s: round1(protocol_bound(c.settings.pools.stream.get(), bounds.get_mean_ms)),
         commit_floor_msgs_per_s: 0.0,
+        commit_mean_ms: 0.0,
+        serial_bound_msgs_per_s: 0.0,
         bound_ratio: 0.0,
         overhead_p50_ms: bounds.overhead_p50_ms,
         overhead_p99_ms: bounds.overhead_p99_ms,
@@ -208,9 +218,9 @@ async fn report(
     })
 }
 
-/// Streams × 10 messages per GET of `get_ms`.
-fn protocol_bound(streams: u8, get_ms: f64) -> f64 {
-    if get_ms > 0.0 { f64::from(streams) * 10.0 * 1000.0 / get_ms } else { 0.0 }
+/// Streams × 10 messages per cycle of `cycle_ms` (a GET, or a GET and its commit).
+fn protocol_bound(streams: u8, cycle_ms: f64) -> f64 {
+    if cycle_ms > 0.0 { f64::from(streams) * 10.0 * 1000.0 / cycle_ms } else { 0.0 }
 }
 
 /// Rows beyond one per message: a message stored twice under two keys shows here
