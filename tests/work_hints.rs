@@ -12,6 +12,17 @@ use cabine_actors::domain::ChannelId;
 use cabine_actors::outbound::OutboundSignal;
 use cabine_actors::ports::outbound_bus::WorkHints;
 use support::{PrivateNats, eventually, settings};
+use tokio::sync::watch::Receiver;
+
+/// Hints `channel` every 50 ms until `woken` sees it, for at most `secs` seconds.
+async fn hinted_until_woken(hints: &NatsWorkHints, channel: ChannelId, woken: &Receiver<u64>, secs: u64) -> bool {
+    eventually(Duration::from_secs(secs), || {
+        hints.rows_stored(channel);
+        let changed = woken.has_changed().unwrap_or(false);
+        async move { changed }
+    })
+    .await
+}
 
 #[tokio::test]
 async fn a_hint_from_one_pod_wakes_the_senders_of_another_on_its_channel() {
@@ -22,13 +33,7 @@ async fn a_hint_from_one_pod_wakes_the_senders_of_another_on_its_channel() {
     let (cpm, csm) = (signal.watch_work(ChannelId::Cpm), signal.watch_work(ChannelId::Csm));
     let relay = relay(b, subject.clone(), signal.clone());
     let hints = NatsWorkHints::new(a, subject);
-    let woken = eventually(Duration::from_secs(5), || {
-        hints.rows_stored(ChannelId::Cpm);
-        let changed = cpm.has_changed().unwrap_or(false);
-        async move { changed }
-    })
-    .await;
-    assert!(woken, "the other pod's cpm senders were woken");
+    assert!(hinted_until_woken(&hints, ChannelId::Cpm, &cpm, 5).await, "the other pod's cpm senders were woken");
     assert!(!csm.has_changed().unwrap(), "a hint wakes only its channel's senders");
     relay.abort();
 }
@@ -47,12 +52,6 @@ async fn a_relay_started_while_its_bus_is_down_relays_once_the_bus_is_up() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     nats.restart();
     let hints = NatsWorkHints::new(a, "hint.test.out".into());
-    let woken = eventually(Duration::from_secs(15), || {
-        hints.rows_stored(ChannelId::Csm);
-        let changed = csm.has_changed().unwrap_or(false);
-        async move { changed }
-    })
-    .await;
-    assert!(woken, "hints flow once the bus is up");
+    assert!(hinted_until_woken(&hints, ChannelId::Csm, &csm, 15).await, "hints flow once the bus is up");
     relay.abort();
 }
