@@ -34,6 +34,8 @@ pub enum Command {
     Outbound(crate::outbound_cli::OutboundArgs),
     /// The circuit breakers shared by the pods, through a pod's HTTP endpoint.
     Breaker(crate::outbound_cli::BreakerArgs),
+    /// Reconciliations against the Central Bank's statement: run one now (`--from --to`), list, show.
+    Reconcile(crate::outbound_cli::ReconcileArgs),
     /// Faults under traffic (simulator, private Redis, P pods), judged from the server side and the stores:
     /// one JSON line per scenario; exit 1 on a failed verdict.
     Chaos(ChaosArgs),

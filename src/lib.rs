@@ -17,6 +17,7 @@ pub mod outbound;
 pub mod outbound_cli;
 pub mod publish;
 pub mod readiness;
+pub mod reconcile;
 pub mod redis;
 pub mod run;
 pub mod sim;

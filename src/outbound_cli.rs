@@ -1,5 +1,5 @@
-//! `cabine outbound …` and `cabine breaker reset`: the outbound operator
-//! endpoints of a running pod, called over HTTP. The pod is `--pod URL`
+//! `cabine outbound …`, `cabine breaker reset` and `cabine reconcile …`: the
+//! operator endpoints of a running pod, called over HTTP. The pod is `--pod URL`
 //! (default: `http.operator_bind`, else `http.bind`), the bearer token `--token` (default:
 //! `http.admin_token`). The JSON answer goes to stdout and the exit code is 0
 //! on a 2xx; otherwise the answer goes to stderr and the exit code is 1.
@@ -105,6 +105,34 @@ pub enum BreakerCommand {
     },
 }
 
+#[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub pod: PodArgs,
+    /// Reconcile the window from this instant (RFC 3339) now (`POST /v1/reconciliations`).
+    #[arg(long, requires = "to")]
+    pub from: Option<String>,
+    /// ...to this one (at least `reconcile.settle_margin` ago).
+    #[arg(long, requires = "from")]
+    pub to: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<ReconcileCommand>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ReconcileCommand {
+    /// Runs whose window overlaps `[from, to)`, newest first (`GET /v1/reconciliations`; default the last 24 h).
+    List {
+        #[arg(long)]
+        from: Option<String>,
+        #[arg(long)]
+        to: Option<String>,
+    },
+    /// One run and its discrepancies with their evidence (`GET /v1/reconciliations/{id}`).
+    Show { id: i64 },
+}
+
 /// One pod's status server.
 struct PodClient {
     base: Url,
@@ -202,6 +230,28 @@ pub async fn breaker(args: BreakerArgs, settings: &Settings) -> anyhow::Result<E
     let BreakerCommand::Reset { channel, ispb } = args.command;
     let ispb = ispb.unwrap_or_else(|| settings.cluster.ispb.to_string());
     report(pod.request(Method::POST, pod.url(&["v1", "breakers", &ispb, &channel, "reset"]))).await
+}
+
+pub async fn reconcile(args: ReconcileArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let pod = PodClient::new(&args.pod, settings)?;
+    let window = |method: Method, from: Option<String>, to: Option<String>| {
+        let mut url = pod.url(&["v1", "reconciliations"]);
+        {
+            let mut q = url.query_pairs_mut();
+            from.map(|f| q.append_pair("from", &f));
+            to.map(|t| q.append_pair("to", &t));
+        }
+        pod.request(method, url)
+    };
+    let request = match args.command {
+        Some(ReconcileCommand::Show { id }) => {
+            pod.request(Method::GET, pod.url(&["v1", "reconciliations", &id.to_string()]))
+        }
+        Some(ReconcileCommand::List { from, to }) => window(Method::GET, from, to),
+        None if args.from.is_some() => window(Method::POST, args.from, args.to),
+        None => bail!("cabine reconcile --from T --to T (run one now), or: list, show ID"),
+    };
+    report(request).await
 }
 
 /// Sends the request; prints the answer on stdout (2xx, exit 0) or stderr (exit 1).

@@ -7,7 +7,9 @@ use std::time::Duration;
 use crate::domain::{ChannelId, PoolSize};
 use crate::failover::FailoverConfig;
 use crate::outbound::{OutboundConfig, OutboundPorts};
+use crate::ports::reconcile::Reconciliation;
 use crate::ports::{IcomConnector, InboundPublisher, InboxStore, LeaseStore, PodRegistry};
+use crate::tree::reconciler::ReconcileSchedule;
 use crate::watchdog::WatchdogConfig;
 
 /// Everything the tree needs to know, validated by [`TreeConfig::validate`].
@@ -30,6 +32,8 @@ pub struct TreeConfig {
     /// When a failing holder hands its slot over; orphan pickup.
     pub failover: FailoverConfig,
     pub watchdog: WatchdogConfig,
+    /// The Reconciler's schedule; `None` (or no reconciler port): no reconciliation.
+    pub reconcile: Option<ReconcileSchedule>,
 }
 
 /// Timings (DESIGN §6). The lease length itself lives in the lease store: the
@@ -138,6 +142,7 @@ impl TreeConfig {
             outbound: None,
             failover: FailoverConfig::default(),
             watchdog: WatchdogConfig::default(),
+            reconcile: None,
         }
     }
 
@@ -198,6 +203,8 @@ pub struct Ports {
     pub publisher: Arc<dyn InboundPublisher>,
     /// Needed when [`TreeConfig::outbound`] is set.
     pub outbound: Option<OutboundPorts>,
+    /// Needed when [`TreeConfig::reconcile`] is set.
+    pub reconciler: Option<Arc<dyn Reconciliation>>,
 }
 
 #[cfg(test)]

@@ -250,3 +250,22 @@ pub fn describe() {
         metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);
     }
 }
+
+/// One window reconciled: its statement's entries, discrepancies by kind, sends settled.
+pub fn reconciled(w: &crate::ports::reconcile::WindowReport) {
+    metrics::counter!("cabine_reconcile_windows_total").increment(1);
+    metrics::counter!("cabine_reconcile_statement_entries_total").increment(w.statement_entries);
+    metrics::counter!("cabine_reconcile_settled_sends_total").increment(w.settled_sends);
+    for (kind, n) in &w.discrepancies {
+        let (kind, level) = (kind.label(), kind.level().label());
+        metrics::counter!("cabine_reconcile_discrepancies_total", "kind" => kind, "level" => level).increment(*n);
+    }
+    let to = w.to.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    metrics::gauge!("cabine_reconcile_last_window_end_seconds").set(to);
+    metrics::gauge!("cabine_reconcile_last_critical").set(w.critical() as f64);
+}
+
+/// A reconciliation run that failed (retried).
+pub fn reconcile_failed() {
+    metrics::counter!("cabine_reconcile_failures_total").increment(1);
+}

@@ -14,6 +14,7 @@ pub fn check_boot_invariants(s: &Settings) -> Result<(), ConfigError> {
     super::tls::check_store_tls(s)?;
     super::access::check_access(s)?;
     super::tree::check_tree(s)?;
+    super::reconcile::check_reconcile(s)?;
     super::outbound::check_outbound(s)
 }
 

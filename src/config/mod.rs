@@ -9,6 +9,7 @@ mod access;
 mod invariants;
 mod mask;
 mod outbound;
+mod reconcile;
 mod secret;
 mod tls;
 mod tree;
@@ -28,6 +29,7 @@ pub use mask::mask_credentials;
 pub use outbound::{
     BreakerSettings, BucketChannelSettings, BucketSettings, DeadlineSettings, OutboundSettings, minutes_of_day,
 };
+pub use reconcile::ReconcileSettings;
 pub use secret::Secret;
 pub use tls::SslMode;
 pub use tree::{PollModeName, PollingSettings, RestartSettings};
@@ -72,6 +74,7 @@ pub struct Settings {
     pub outbound: OutboundSettings,
     pub failover: FailoverSettings,
     pub watchdog: WatchdogSettings,
+    pub reconcile: ReconcileSettings,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -77,6 +77,7 @@ impl Settings {
         config.failover = self.failover.config();
         config.watchdog = self.watchdog.config(self.pools.send.get());
         config.outbound = self.outbound.enabled.then(|| self.outbound_actors());
+        config.reconcile = self.reconciles().then(|| self.reconcile.schedule());
         config
     }
 }

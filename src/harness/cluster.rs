@@ -97,6 +97,7 @@ impl LocalCluster {
         let mut env = isolated_env(&name);
         env.push(("CABINE__CLUSTER__ISPB".into(), "99999010".into()));
         env.push(("CABINE__ICOM__CHANNELS__CPM__BASE_URL".into(), format!("http://{}", sim.primary)));
+        env.push(("CABINE__ICOM__CHANNELS__CSM__BASE_URL".into(), format!("http://{}", sim.secondary)));
         env.extend(spec.env);
         let map: HashMap<String, String> = env.iter().cloned().collect();
         let settings =

@@ -90,7 +90,9 @@ pub fn free_port() -> std::io::Result<u16> {
 }
 
 /// Environment overrides that give one test or bench run its own Postgres schema,
-/// Redis key prefix, NATS subjects and streams, and an HTTP port chosen by the OS.
+/// Redis key prefix, NATS subjects and streams, and an HTTP port chosen by the OS —
+/// and no Reconciler unless the run turns it on: its statement requests and
+/// statements would add to every count a run judges.
 pub fn isolated_env(name: &str) -> Vec<(String, String)> {
     let upper = name.to_uppercase();
     [
@@ -102,6 +104,7 @@ pub fn isolated_env(name: &str) -> Vec<(String, String)> {
         ("CABINE__NATS__OUTBOUND_STREAM", format!("{upper}_OUT")),
         ("CABINE__NATS__RESULTS_STREAM", format!("{upper}_RESULTS")),
         ("CABINE__HTTP__BIND", "127.0.0.1:0".to_owned()),
+        ("CABINE__RECONCILE__ENABLED", "false".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

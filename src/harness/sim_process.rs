@@ -84,9 +84,14 @@ impl SimControl {
     }
 
     pub async fn inject_json(&self, body: Value) -> Result<Vec<String>, SimProcessError> {
-        let v = self.post("/sim/inject", &body).await?;
+        let v = self.inject_answer(body).await?;
         let ids = v["ids"].as_array().ok_or_else(|| SimProcessError::Control(format!("inject answered {v}")))?;
         Ok(ids.iter().filter_map(|i| i.as_str().map(str::to_owned)).collect())
+    }
+
+    /// `POST /sim/inject` with `body`: the whole answer (`ids`, `msg_ids`, `end_to_end_ids`).
+    pub async fn inject_answer(&self, body: Value) -> Result<Value, SimProcessError> {
+        self.post("/sim/inject", &body).await
     }
 
     /// The audit lane of `channel` (`cpm` / `csm`) of the first ISPB.

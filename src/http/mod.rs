@@ -1,7 +1,8 @@
 //! The status server (axum): health, readiness, Prometheus metrics, the actor
 //! tree (`/actors`), the cluster view (`/cluster`), the operator restart of
 //! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`) and the
-//! outbound operator endpoints (`/v1/outbound…`, `/v1/parked…`, `/v1/breakers/…/reset`; reads
+//! outbound operator endpoints (`/v1/outbound…`, `/v1/parked…`, `/v1/breakers/…/reset`,
+//! `/v1/reconciliations…`; reads
 //! of payment data need `http.read_token` off loopback). With
 //! `http.operator_bind` the operator endpoints get a listener of their own
 //! ([`Routes`]).
@@ -15,6 +16,7 @@ mod outbound;
 mod outbound_parked;
 mod outbound_send;
 mod outbound_view;
+mod reconcile;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub struct Operator {
     pub cluster: Arc<ClusterSource>,
     /// The outbound side's handles; `None` when `outbound.enabled` is false (503).
     pub outbound: Option<OutboundOperator>,
+    /// The Reconciler's adapter; `None` when this pod does not reconcile (503).
+    pub reconciler: Option<Arc<crate::reconcile::PgReconciliation>>,
 }
 
 /// Body limit of `POST /v1/outbound` on a pod without an outbound side (it answers 503 anyway).
@@ -104,6 +108,8 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/v1/parked/{ingress_ref}", get(outbound_parked::detail))
         .route("/v1/parked/{ingress_ref}/reprocess", post(outbound_parked::reprocess))
         .route("/v1/breakers/{ispb}/{channel}/reset", post(breaker::reset))
+        .route("/v1/reconciliations", get(reconcile::list).post(reconcile::run))
+        .route("/v1/reconciliations/{id}", get(reconcile::detail))
 }
 
 /// Binds the configured address (port 0 allowed) and serves every endpoint until `shutdown` resolves.

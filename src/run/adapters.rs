@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use async_nats::jetstream;
+use cabine_actors::ports::reconcile::Reconciliation;
 use cabine_actors::{OutboundPorts, Ports};
 
 use super::Dependencies;
@@ -19,6 +20,8 @@ use crate::outbound::ingress::{ConsumerSpec, IngressRules, JetStreamIngress};
 use crate::outbound::results::JetStreamResults;
 use crate::outbound::{OutboundPolicy, PgConfirmations, PgOutboundStore, PgSendGates};
 use crate::publish::JetStreamPublisher;
+use crate::reconcile::records::Records;
+use crate::reconcile::{PgReconciliation, ReconcilePolicy};
 use crate::redis::breaker::RedisBreaker;
 use crate::redis::bucket::RedisBucket;
 use crate::redis::guard::{GuardKeys, ScriptClock};
@@ -32,6 +35,8 @@ pub struct Adapters {
     pub icom: Arc<IcomChannels>,
     /// `None` when `outbound.enabled` is false.
     pub outbound: Option<OutboundAdapters>,
+    /// `None` unless the pod reconciles (`reconcile.enabled` and `outbound.enabled`).
+    pub reconciler: Option<Arc<PgReconciliation>>,
 }
 
 /// The outbound side's adapters; the store and breaker are also what the
@@ -101,6 +106,21 @@ impl OutboundAdapters {
         }
     }
 
+    /// The Reconciler's adapter: its statements, and the outbound store it settles sends through.
+    pub fn reconciler(&self, settings: &Settings, deps: &Dependencies) -> Arc<PgReconciliation> {
+        Arc::new(PgReconciliation {
+            records: Records {
+                db: deps.postgres.clone(),
+                ispb: settings.cluster.ispb.to_string(),
+                timeout: settings.postgres.wait_timeout + settings.postgres.query_timeout,
+            },
+            store: self.store.clone(),
+            results: self.results.clone(),
+            hints: self.hints.clone(),
+            policy: ReconcilePolicy::from_settings(settings),
+        })
+    }
+
     fn ports(&self, icom: Arc<IcomChannels>) -> OutboundPorts {
         OutboundPorts {
             store: self.store.clone(),
@@ -132,7 +152,8 @@ impl Adapters {
             Arc::new(PgInbox::new(deps.postgres.clone(), &settings.cluster.ispb, settings.postgres.query_timeout));
         let publisher = Arc::new(JetStreamPublisher::start(deps.nats.clone(), deps.postgres.clone(), settings));
         let outbound = settings.outbound.enabled.then(|| OutboundAdapters::build(settings, deps));
-        Ok(Adapters { leases, pods, inbox, publisher, icom, outbound })
+        let reconciler = outbound.as_ref().filter(|_| settings.reconciles()).map(|o| o.reconciler(settings, deps));
+        Ok(Adapters { leases, pods, inbox, publisher, icom, outbound, reconciler })
     }
 
     pub fn ports(&self) -> Ports {
@@ -143,6 +164,7 @@ impl Adapters {
             icom: self.icom.clone(),
             publisher: self.publisher.clone(),
             outbound: self.outbound.as_ref().map(|o| o.ports(self.icom.clone())),
+            reconciler: self.reconciler.clone().map(|r| r as Arc<dyn Reconciliation>),
         }
     }
 

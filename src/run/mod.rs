@@ -117,6 +117,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         tree: tree.clone(),
         cluster: Arc::new(adapters.cluster_source(&settings)),
         outbound: adapters.outbound.as_ref().map(|o| o.operator(&settings, &deps)),
+        reconciler: adapters.reconciler.clone(),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let access = http::Access::from_settings(&settings.http);

@@ -262,6 +262,11 @@ impl<T: Clone> Ring<T> {
         self.entries.push_back(entry);
     }
 
+    /// Every entry kept, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.entries.iter()
+    }
+
     pub fn clear(&mut self) {
         self.first_seq = self.next_seq();
         self.entries.clear();

@@ -1,6 +1,7 @@
-//! The control API (its own listener, JSON): inject messages, set faults, reset,
-//! and read the audit, the ledger of acknowledged ResourceIds and the log of
-//! messages received. Tests, benchmarks and demos drive the simulator here.
+//! The control API (its own listener, JSON): inject messages (credit transfers
+//! booked on the settlement record as `settlement` says), set faults, reset,
+//! and read the audit, the ledger of acknowledged ResourceIds, the settlement
+//! record and the log of messages received. Tests, benchmarks and demos drive the simulator here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use super::audit::{AuditReport, OutboundRecord};
 use super::faults::FaultPatch;
 use super::generator::Draft;
 use super::lane::Lane;
+use super::settlement::{Direction, SettlementMode};
 use super::state::Shared;
 use super::streams::Message;
 
@@ -40,6 +42,7 @@ pub fn router(state: ControlState) -> Router {
         .route("/sim/reset", post(reset))
         .route("/sim/audit", get(audit))
         .route("/sim/ledger", get(ledger))
+        .route("/sim/settlements", get(settlements))
         .route("/sim/outbound", get(outbound))
         .with_state(state)
 }
@@ -106,6 +109,9 @@ pub struct InjectRequest {
     pub resource_id: Option<String>,
     /// The message of `kind: raw`.
     pub body: Option<String>,
+    /// How each credit transfer meets the settlement record (pacs008 only).
+    #[serde(default)]
+    pub settlement: SettlementMode,
 }
 
 /// Longest `resource_id` an inject may give (twice the client's default header limit).
@@ -119,6 +125,12 @@ impl InjectRequest {
         }
         if self.rate_per_s.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
             return bad("rate_per_s must be a positive number");
+        }
+        if self.settlement != SettlementMode::Settled && self.kind != InjectKind::Pacs008 {
+            return bad("settlement goes with kind pacs008");
+        }
+        if self.settlement == SettlementMode::Twice && (self.resource_id.is_some() || self.rate_per_s.is_some()) {
+            return bad("settlement twice takes neither resource_id nor rate_per_s");
         }
         if (self.kind == InjectKind::Raw) != self.body.is_some() {
             return bad("body goes with kind raw, and kind raw needs a body");
@@ -145,8 +157,10 @@ fn pacs008() -> InjectKind {
 struct Injected {
     /// PI-ResourceIds, in queue order.
     ids: Vec<String>,
-    /// BizMsgIdr of each message (null for a malformed one).
+    /// BizMsgIdr of each message made (null for a malformed one).
     msg_ids: Vec<Option<String>>,
+    /// EndToEndId of each credit transfer made (delivered or not, as `settlement` says).
+    end_to_end_ids: Vec<String>,
 }
 
 async fn inject(State(state): State<ControlState>, Json(req): Json<InjectRequest>) -> Result<Response, ControlError> {
@@ -168,7 +182,21 @@ async fn inject(State(state): State<ControlState>, Json(req): Json<InjectRequest
             })
             .collect()
     };
+    book_credits(shared, &lane.ispb, &drafts, req.settlement);
     let msg_ids = drafts.iter().map(|d| d.msg_id().map(str::to_owned)).collect();
+    let end_to_end_ids = drafts
+        .iter()
+        .filter_map(|d| match d {
+            Draft::CreditTransfer(c) => Some(c.end_to_end_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let drafts: Vec<Draft> = drafts
+        .into_iter()
+        .flat_map(|d| {
+            std::iter::repeat_n(d, if req.kind == InjectKind::Pacs008 { req.settlement.deliveries() } else { 1 })
+        })
+        .collect();
     let resource_id = || req.resource_id.as_deref().map_or_else(|| shared.next_resource_id(), Arc::from);
     let messages: Vec<Message> = drafts.into_iter().map(|d| Message::new(resource_id(), d)).collect();
     let ids = messages.iter().map(|m| m.resource_id.to_string()).collect();
@@ -181,7 +209,19 @@ async fn inject(State(state): State<ControlState>, Json(req): Json<InjectRequest
             tokio::spawn(pace(lane, messages, rate, state.cancel.clone()));
         }
     }
-    Ok(Json(Injected { ids, msg_ids }).into_response())
+    Ok(Json(Injected { ids, msg_ids, end_to_end_ids }).into_response())
+}
+
+/// Books the credit transfers among `drafts` on the settlement record of `ispb`, as `mode` says.
+fn book_credits(shared: &Shared, ispb: &Arc<str>, drafts: &[Draft], mode: SettlementMode) {
+    if !mode.records() {
+        return;
+    }
+    for draft in drafts {
+        if let Draft::CreditTransfer(c) = draft {
+            shared.settle(ispb, Direction::Credit, &c.end_to_end_id, &c.msg_id, mode.recorded_amount(&c.amount));
+        }
+    }
 }
 
 /// Enqueues `messages` at `rate` per second, in 10 ms steps.
@@ -263,6 +303,13 @@ async fn ledger(State(state): State<ControlState>, Query(q): Query<PageQuery>) -
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .page(q.since, limit, |e| q.keeps(&e.ispb, e.channel, channel));
+    Ok(Json(page).into_response())
+}
+
+/// `GET /sim/settlements?ispb=&since=&limit=`: the settlement record, a page at a time.
+async fn settlements(State(state): State<ControlState>, Query(q): Query<PageQuery>) -> Result<Response, ControlError> {
+    let limit = q.limit.unwrap_or(10_000).clamp(1, MAX_PAGE);
+    let page = state.shared.settlements().page(q.since, limit, |e| q.ispb.as_deref().is_none_or(|i| i == &*e.ispb));
     Ok(Json(page).into_response())
 }
 

@@ -18,6 +18,8 @@ pub struct Envelope {
     pub biz_msg_id: String,
     pub msg_id: Option<String>,
     pub end_to_end_ids: Vec<String>,
+    /// `IntrBkSttlmAmt` of each transaction, in the order of `end_to_end_ids`.
+    pub amounts: Vec<String>,
     pub from: Option<String>,
     pub to: Option<String>,
 }
@@ -25,6 +27,11 @@ pub struct Envelope {
 impl Envelope {
     pub fn is_credit_transfer(&self) -> bool {
         self.msg_def.starts_with("pacs.008")
+    }
+
+    /// A reporting request (`camt.060`): answered with a statement.
+    pub fn is_reporting_request(&self) -> bool {
+        self.msg_def.starts_with("camt.060")
     }
 
     /// The identifier duplicates are judged by: GrpHdr/MsgId, else BizMsgIdr.
@@ -39,6 +46,7 @@ enum Field {
     BizMsgId,
     MsgId,
     EndToEndId,
+    Amount,
     From,
     To,
 }
@@ -84,6 +92,8 @@ pub fn read(xml: &[u8]) -> Result<Envelope, String> {
                         Field::EndToEndId if env.end_to_end_ids.len() < MAX_END_TO_END_IDS => {
                             env.end_to_end_ids.push(value)
                         }
+                        Field::Amount if env.amounts.len() < MAX_END_TO_END_IDS => env.amounts.push(value),
+                        Field::Amount => return Err(format!("more than {MAX_END_TO_END_IDS} amounts")),
                         Field::EndToEndId => return Err(format!("more than {MAX_END_TO_END_IDS} EndToEndIds")),
                     }
                 }
@@ -115,6 +125,7 @@ fn field_at(path: &[String]) -> Option<Field> {
         ["Envelope", "AppHdr", "To", "FIId", "FinInstnId", "Othr", "Id"] => Some(Field::To),
         ["Envelope", "Document", _, "GrpHdr", "MsgId"] => Some(Field::MsgId),
         ["Envelope", "Document", _, _, "PmtId", "EndToEndId"] => Some(Field::EndToEndId),
+        ["Envelope", "Document", _, _, "IntrBkSttlmAmt"] => Some(Field::Amount),
         _ => None,
     }
 }

@@ -20,6 +20,10 @@ pub struct Faults {
     pub error_status: u16,
     /// When true a faulted POST is stored (replies and all) before the 5xx: "maybe stored".
     pub store_before_5xx: bool,
+    /// With `store_before_5xx`: what such a POST stored gets no reply on the stream either (the
+    /// pacs.002 is lost with the 201) — only a reconciliation settles it.
+    #[serde(default)]
+    pub lose_replies: bool,
     /// Share of requests whose connection is reset (RST) instead of answered.
     pub reset_ratio: f64,
     /// Share of requests answered 429 with `Retry-After: 1`.
@@ -44,6 +48,7 @@ impl Faults {
             error_5xx_ratio: 0.0,
             error_status: 500,
             store_before_5xx: false,
+            lose_replies: false,
             reset_ratio: 0.0,
             status_429_ratio: 0.0,
             reject_sends_ratio: 0.0,
@@ -73,6 +78,7 @@ impl Faults {
             error_5xx_ratio,
             error_status,
             store_before_5xx,
+            lose_replies,
             reset_ratio,
             status_429_ratio,
             reject_sends_ratio,
@@ -130,6 +136,7 @@ pub struct FaultPatch {
     pub error_5xx_ratio: Option<f64>,
     pub error_status: Option<u16>,
     pub store_before_5xx: Option<bool>,
+    pub lose_replies: Option<bool>,
     pub reset_ratio: Option<f64>,
     pub status_429_ratio: Option<f64>,
     pub reject_sends_ratio: Option<f64>,

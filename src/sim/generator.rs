@@ -280,6 +280,11 @@ impl Generator {
         })
     }
 
+    /// A fresh identifier for a message the SPI originates (a statement page).
+    pub fn message_id(&mut self) -> String {
+        self.biz_msg_id()
+    }
+
     /// `M` + the SPI's ISPB + 23 alphanumerics.
     fn biz_msg_id(&mut self) -> String {
         let mut id = String::with_capacity(32);

@@ -25,6 +25,7 @@ mod listener;
 mod problem;
 mod routes;
 mod sends;
+mod settlement;
 mod state;
 mod streams;
 mod template;
@@ -49,6 +50,7 @@ pub use control::{InjectKind, MAX_INJECT};
 pub use faults::Faults;
 pub use fuzz::fuzz_entry;
 pub use problem::TYPE_BASE as PROBLEM_TYPE_BASE;
+pub use settlement::{Direction as SettlementDirection, SettlementMode};
 pub use tls::{ClientFiles, ServerKeyKind, TlsError, TlsFiles, TlsOptions, provision};
 
 /// Everything the simulator is told at start. [`SimConfig::new`] gives the defaults on loopback port 0.

@@ -184,7 +184,10 @@ async fn dispatch(req: Request<Incoming>, ctx: &ConnCtx, shared: &Shared) -> Han
         (Endpoint::Start, &Method::GET) => read(&req, lane, shared, ctx.channel, None).await,
         (Endpoint::Pull(token), &Method::GET) => read(&req, lane, shared, ctx.channel, Some(token)).await,
         (Endpoint::Pull(token), &Method::DELETE) => close(lane, token),
-        (Endpoint::Send, &Method::POST) => sends::handle(req, lane, shared).await,
+        (Endpoint::Send, &Method::POST) => {
+            let lose_replies = store_then_fail.is_some() && shared.faults(ctx.channel).lose_replies;
+            sends::handle(req, lane, shared, lose_replies).await
+        }
         (_, method) => {
             let detail = format!("{method} is not allowed on {path}");
             problem::respond(StatusCode::METHOD_NOT_ALLOWED, Problem::MethodNotAllowed, &detail)

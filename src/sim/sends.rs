@@ -1,8 +1,12 @@
 //! `POST /api/v1/in/{ispb}/msgs`: validate and split the body, charge the token
 //! bucket, then store each message — 201 with the comma-separated
 //! PI-ResourceIds — and queue what the SPI answers on the sender's stream: a
-//! pacs.002 (ACSP) per EndToEndId of an accepted pacs.008, an admi.002 for a
-//! duplicate MsgId or an unreadable message.
+//! pacs.002 (ACSP) per EndToEndId of an accepted pacs.008 (each booked as a
+//! debit of the sender's settlement account), the statement pages answering a
+//! camt.060, an admi.002 for a duplicate MsgId or an unreadable message.
+//! With `lose_replies` (a 5xx after storing, the `lose_replies` fault) the
+//! messages are stored and booked but nothing is queued: only a
+//! reconciliation can tell.
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
@@ -14,13 +18,14 @@ use super::body::{self, BodyError, BodyLimits};
 use super::bucket::{cost_of, retry_after_secs};
 use super::clock::unix_millis;
 use super::envelope::{self, Envelope};
-use super::generator::RejectReason;
+use super::generator::{Draft, Generator, RejectReason};
 use super::lane::Lane;
 use super::problem::{self, Problem};
+use super::settlement::{Direction, Statement, requested_window};
 use super::state::Shared;
 use super::streams::Message;
 
-pub async fn handle(req: Request<Incoming>, lane: &Lane, shared: &Shared) -> Response<Full<Bytes>> {
+pub async fn handle(req: Request<Incoming>, lane: &Lane, shared: &Shared, lose_replies: bool) -> Response<Full<Bytes>> {
     let limits = BodyLimits { max_body_bytes: shared.cfg.max_body_bytes, max_parts: shared.cfg.max_parts };
     let parts = match read_messages(req, limits).await {
         Ok(parts) => parts,
@@ -54,7 +59,7 @@ pub async fn handle(req: Request<Incoming>, lane: &Lane, shared: &Shared) -> Res
             "the participant's queue is full",
         );
     }
-    let ids = store(lane, shared, parts, envelopes);
+    let ids = store(lane, shared, parts, envelopes, lose_replies);
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::CREATED;
     if let Ok(v) = HeaderValue::from_str(&ids.join(",")) {
@@ -70,7 +75,13 @@ async fn read_messages(req: Request<Incoming>, limits: BodyLimits) -> Result<Vec
 }
 
 /// Stores every message of an accepted request and queues the SPI's answers. Returns the ResourceIds.
-fn store(lane: &Lane, shared: &Shared, parts: Vec<Bytes>, envelopes: Vec<Result<Envelope, String>>) -> Vec<String> {
+fn store(
+    lane: &Lane,
+    shared: &Shared,
+    parts: Vec<Bytes>,
+    envelopes: Vec<Result<Envelope, String>>,
+    lose_replies: bool,
+) -> Vec<String> {
     let now = shared.now();
     let mut ids = Vec::with_capacity(parts.len());
     let mut replies = Vec::new();
@@ -91,7 +102,7 @@ fn store(lane: &Lane, shared: &Shared, parts: Vec<Bytes>, envelopes: Vec<Result<
             end_to_end_ids: Vec::new(),
             from: None,
             reason: None,
-            body: raw,
+            body: raw.clone(),
         };
         let mut generator = shared.generator();
         match env {
@@ -107,9 +118,13 @@ fn store(lane: &Lane, shared: &Shared, parts: Vec<Bytes>, envelopes: Vec<Result<
                     record.outcome = OutboundOutcome::Duplicate;
                     replies.push(generator.reject(&lane.ispb, env.dedup_id(), RejectReason::Duplicate, now));
                 } else if env.is_credit_transfer() {
-                    for e2e in &env.end_to_end_ids {
+                    for (i, e2e) in env.end_to_end_ids.iter().enumerate() {
+                        let amount = env.amounts.get(i).cloned().unwrap_or_default();
+                        shared.settle(&lane.ispb, Direction::Debit, e2e, env.dedup_id(), amount);
                         replies.push(generator.acceptance(&lane.ispb, env.dedup_id(), e2e, now));
                     }
+                } else if env.is_reporting_request() {
+                    replies.extend(statement(lane, shared, &mut generator, &raw, &env, now));
                 }
                 record.msg_def = Some(env.msg_def);
                 record.biz_msg_id = Some(env.biz_msg_id);
@@ -121,7 +136,28 @@ fn store(lane: &Lane, shared: &Shared, parts: Vec<Bytes>, envelopes: Vec<Result<
         drop(generator);
         shared.record_outbound(record);
     }
+    if lose_replies {
+        replies.clear();
+    }
     lane.counters.replies.add(replies.len() as u64);
     lane.enqueue(replies.into_iter().map(|draft| Message::new(shared.next_resource_id(), draft)).collect());
     ids
+}
+
+/// The statement pages answering a camt.060 (an admi.002 when its window cannot be read).
+fn statement(
+    lane: &Lane,
+    shared: &Shared,
+    generator: &mut Generator,
+    raw: &[u8],
+    env: &Envelope,
+    now: std::time::SystemTime,
+) -> Vec<Draft> {
+    let (from, to) = match requested_window(raw) {
+        Ok(window) => window,
+        Err(_) => return vec![generator.reject(&lane.ispb, env.dedup_id(), RejectReason::Malformed, now)],
+    };
+    let st = Statement { ispb: &lane.ispb, request_msg_id: env.dedup_id(), from, to, now };
+    let entries = st.select(shared.settlements().iter());
+    st.pages(&entries, || generator.message_id()).into_iter().map(Draft::Raw).collect()
 }

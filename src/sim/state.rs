@@ -1,6 +1,6 @@
 //! The simulator's shared state: the lanes per (ispb, channel), the live faults
-//! per channel, the generator, the ledger, the outbound log and the MsgIds
-//! already accepted. Everything a handler of any listener may touch.
+//! per channel, the generator, the ledger, the outbound log, the settlement
+//! record and the MsgIds already accepted. Everything a handler of any listener may touch.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +16,7 @@ use super::bucket::TokenBucket;
 use super::faults::{FaultPatch, Faults};
 use super::generator::{Generator, Templates};
 use super::lane::{Lane, Ledger};
+use super::settlement::{Direction, Entry};
 use super::template::TemplateError;
 
 /// Index of a channel in per-channel arrays.
@@ -63,6 +64,8 @@ pub struct Shared {
     generator: Mutex<Generator>,
     pub ledger: Arc<Ledger>,
     pub outbound: Mutex<Ring<OutboundRecord>>,
+    /// Every participant's settled credits and debits (the reconciliation's truth).
+    pub settlements: Mutex<Ring<Entry>>,
     accepted: Mutex<AcceptedIds>,
     resource_salt: u32,
     resource_seq: AtomicU64,
@@ -111,6 +114,7 @@ impl Shared {
             generator: Mutex::new(Generator::new(seed)),
             ledger,
             outbound: Mutex::new(Ring::new(cfg.outbound_cap)),
+            settlements: Mutex::new(Ring::new(cfg.ledger_cap)),
             accepted: Mutex::new(AcceptedIds { seen: HashSet::new(), order: VecDeque::new(), cap: cfg.dedup_cap }),
             resource_salt: splitmix64(seed) as u32,
             resource_seq: AtomicU64::new(0),
@@ -176,6 +180,26 @@ impl Shared {
         log.push(record);
     }
 
+    /// Books one movement of `ispb`'s settlement account, now.
+    pub fn settle(&self, ispb: &Arc<str>, direction: Direction, end_to_end_id: &str, msg_id: &str, amount: String) {
+        let settled_at_ms = super::clock::unix_millis(self.now());
+        let mut record = lock(&self.settlements);
+        let seq = record.next_seq();
+        record.push(Entry {
+            seq,
+            ispb: ispb.clone(),
+            end_to_end_id: end_to_end_id.to_owned(),
+            msg_id: msg_id.to_owned(),
+            direction,
+            amount,
+            settled_at_ms,
+        });
+    }
+
+    pub fn settlements(&self) -> MutexGuard<'_, Ring<Entry>> {
+        lock(&self.settlements)
+    }
+
     pub fn audit(&self) -> Vec<LaneAudit> {
         self.lanes().map(|l| l.audit()).collect()
     }
@@ -193,6 +217,7 @@ impl Shared {
         *self.generator() = Generator::new(self.seed);
         lock(&self.ledger).clear();
         lock(&self.outbound).clear();
+        lock(&self.settlements).clear();
         let mut accepted = lock(&self.accepted);
         accepted.seen.clear();
         accepted.order.clear();

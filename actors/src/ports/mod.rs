@@ -17,6 +17,7 @@ pub mod outbound;
 pub mod outbound_bus;
 pub mod publish;
 pub mod ratelimit;
+pub mod reconcile;
 
 pub use cluster::{ClusterError, PodBeat, PodRegistry};
 pub use confirm::{ConfirmError, Confirmations, Correlated};

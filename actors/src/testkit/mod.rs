@@ -164,6 +164,7 @@ impl FakeWorld {
                 confirmations: self.confirmations.clone(),
                 hints: self.hints.clone(),
             }),
+            reconciler: None,
         }
     }
 }

@@ -1,17 +1,19 @@
 //! Leader: campaigns for the `Pool::Leader` lease every acquire interval; while
-//! it holds the lease it runs the cluster's singletons (the Sweeper, and the
-//! OutboundJanitor when outbound is configured).
+//! it holds the lease it runs the cluster's singletons (the Sweeper, the
+//! OutboundJanitor when outbound is configured, the Reconciler when
+//! reconciliation is).
 //! Losing the lease stops them at once, then the campaign resumes.
 //!
 //! Supervision policy (one_for_one over its singletons): a failed singleton is
 //! restarted after a backoff (base × 2^(k−1), capped, jittered) only while this
 //! pod still leads; more than `max_restarts` failures within `window` make the
 //! Leader fail to Root, which releases the leader lease. An operator restart
-//! (`restart("sweeper")`, `restart("outbound-janitor")`) is immediate and not counted.
+//! (`restart("sweeper")`, `restart("outbound-janitor")`, `restart("reconciler")`) is immediate and not counted.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
 use super::exits::{self, ChildKey};
+use super::reconciler::{self, Reconciler};
 use super::sweeper::{self, Sweeper};
 use super::{RestartError, context::TreeContext};
 use crate::backoff::{Backoff, jittered};
@@ -24,11 +26,12 @@ use crate::timers::{Stamped, Timers};
 
 pub const ID: &str = "leader";
 
-/// The leader's singletons (room for the Reconciler).
+/// The leader's singletons.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Singleton {
     Sweeper,
     OutboundJanitor,
+    Reconciler,
 }
 
 impl ChildKey for Singleton {
@@ -36,6 +39,7 @@ impl ChildKey for Singleton {
         match self {
             Singleton::Sweeper => sweeper::ID.into(),
             Singleton::OutboundJanitor => janitor::ID.into(),
+            Singleton::Reconciler => reconciler::ID.into(),
         }
     }
 
@@ -43,6 +47,7 @@ impl ChildKey for Singleton {
         match self {
             Singleton::Sweeper => sweeper::ID,
             Singleton::OutboundJanitor => janitor::ID,
+            Singleton::Reconciler => reconciler::ID,
         }
     }
 
@@ -259,6 +264,11 @@ impl Leader {
                 let (config, ports) = ctx.outbound().ok_or("outbound janitor without outbound ports")?;
                 Actor::spawn_linked(None, OutboundJanitor { ctx, config, ports }, (), sup).await?.0.get_cell()
             }
+            Singleton::Reconciler => {
+                let port = ctx.ports.reconciler.clone().ok_or("reconciler without its port")?;
+                let schedule = ctx.config.reconcile.clone().ok_or("reconciler without its schedule")?;
+                Actor::spawn_linked(None, Reconciler { ctx, port, schedule }, (), sup).await?.0.get_cell()
+            }
         };
         state.supervision.adopt(cell, which);
         Ok(())
@@ -268,6 +278,9 @@ impl Leader {
         let mut all = vec![Singleton::Sweeper];
         if self.ctx.config.outbound.is_some() {
             all.push(Singleton::OutboundJanitor);
+        }
+        if self.ctx.config.reconcile.is_some() && self.ctx.ports.reconciler.is_some() {
+            all.push(Singleton::Reconciler);
         }
         all
     }

@@ -18,6 +18,7 @@ mod drain;
 pub mod exits;
 pub mod heartbeat;
 pub mod leader;
+pub mod reconciler;
 mod root;
 pub mod sweeper;
 
@@ -150,6 +151,12 @@ impl Tree {
     /// The watchdog's active alerts (no mailbox involved).
     pub fn alerts(&self) -> Vec<crate::watchdog::Alert> {
         self.ctx.alerts.get()
+    }
+
+    /// A window reconciled outside the Reconciler (an operator's): its CRITICAL
+    /// discrepancies raise the `reconcile` alert, a clean window clears it.
+    pub fn reconciled(&self, window: &crate::ports::reconcile::WindowReport) {
+        self.ctx.alerts.set_reconcile(reconciler::alert_of(window));
     }
 
     /// Stops and restarts exactly the actor `id` (`slot/cpm/3`, `channel/cpm`,

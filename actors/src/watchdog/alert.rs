@@ -6,6 +6,8 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::ports::reconcile::Level;
+
 use crate::domain::ChannelId;
 use crate::metrics;
 
@@ -20,10 +22,23 @@ pub enum AlertKind {
     Lag,
     /// More holders than a pool has slots: must never happen.
     Cap,
+    /// The last reconciled window found money our records do not account for
+    /// (raised by the Reconciler, not by the watchdog's rules).
+    Reconcile,
 }
 
 impl AlertKind {
-    pub const ALL: [AlertKind; 4] = [AlertKind::ZeroActive, AlertKind::StaleSlot, AlertKind::Lag, AlertKind::Cap];
+    pub const ALL: [AlertKind; 5] =
+        [AlertKind::ZeroActive, AlertKind::StaleSlot, AlertKind::Lag, AlertKind::Cap, AlertKind::Reconcile];
+
+    /// The documented level of each kind (README, "Alert levels").
+    pub fn level(self) -> Level {
+        match self {
+            AlertKind::ZeroActive | AlertKind::Cap => Level::Emergency,
+            AlertKind::Reconcile => Level::Critical,
+            AlertKind::StaleSlot | AlertKind::Lag => Level::Warning,
+        }
+    }
 
     /// The metric label and JSON name (`zero_active`, `stale_slot`, `lag`, `cap`).
     pub fn label(self) -> &'static str {
@@ -32,6 +47,7 @@ impl AlertKind {
             AlertKind::StaleSlot => "stale_slot",
             AlertKind::Lag => "lag",
             AlertKind::Cap => "cap",
+            AlertKind::Reconcile => "reconcile",
         }
     }
 }
@@ -62,7 +78,7 @@ impl Alert {
         metrics::watchdog_alert(kind, channel, slot, on);
         let (ch, n, detail) = (channel.map(ChannelId::as_str), slot, self.detail.as_str());
         match (on, self.kind) {
-            (true, AlertKind::ZeroActive | AlertKind::Cap) => {
+            (true, AlertKind::ZeroActive | AlertKind::Cap | AlertKind::Reconcile) => {
                 metrics::watchdog_raised(kind, channel, slot);
                 tracing::error!(alert = kind, channel = ch, slot = n, %detail, "WATCHDOG ALERT raised");
             }
@@ -75,10 +91,11 @@ impl Alert {
     }
 }
 
-/// The pod's active alerts, written by its watchdog, read by `/cluster`.
+/// The pod's active alerts, written by its watchdog (and the Reconciler's own), read by `/cluster`.
 #[derive(Clone, Default)]
 pub struct AlertBoard {
     alerts: Arc<RwLock<Vec<Alert>>>,
+    reconcile: Arc<RwLock<Option<Alert>>>,
 }
 
 impl AlertBoard {
@@ -86,7 +103,20 @@ impl AlertBoard {
         *self.alerts.write().unwrap_or_else(|p| p.into_inner()) = alerts;
     }
 
+    /// The Reconciler's alert: raised (`Some`) or cleared, announced on each change.
+    pub fn set_reconcile(&self, alert: Option<Alert>) {
+        let mut slot = self.reconcile.write().unwrap_or_else(|p| p.into_inner());
+        match (&*slot, &alert) {
+            (None, Some(raised)) => raised.announce(true),
+            (Some(was), None) => was.announce(false),
+            _ => {}
+        }
+        *slot = alert;
+    }
+
     pub fn get(&self) -> Vec<Alert> {
-        self.alerts.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut all = self.alerts.read().unwrap_or_else(|p| p.into_inner()).clone();
+        all.extend(self.reconcile.read().unwrap_or_else(|p| p.into_inner()).clone());
+        all
     }
 }

@@ -70,6 +70,7 @@ pub fn config(pod: &str, slots: u8) -> TreeConfig {
         outbound: None,
         failover: failover(),
         watchdog: watchdog(),
+        reconcile: None,
     }
 }
 
