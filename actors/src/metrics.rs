@@ -246,9 +246,38 @@ pub fn describe() {
         "Outbound requests parked (delivered more than outbound.max_deliver times without being stored), not reprocessed yet."
     );
     describe_outbound();
-    for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper", "watchdog"] {
+    describe_reconcile();
+    for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper", "watchdog", "reconciler"] {
         metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);
     }
+}
+
+fn describe_reconcile() {
+    metrics::describe_counter!(
+        "cabine_reconcile_windows_total",
+        "Windows reconciled against the Central Bank's statement."
+    );
+    metrics::describe_counter!(
+        "cabine_reconcile_statement_entries_total",
+        "Entries of the statements (camt.053) the reconciled windows were compared with."
+    );
+    metrics::describe_counter!(
+        "cabine_reconcile_settled_sends_total",
+        "Sends whose status a statement settled (in doubt or unconfirmed: confirmed, timeout, rejected_by_spi)."
+    );
+    metrics::describe_counter!(
+        "cabine_reconcile_discrepancies_total",
+        "Discrepancies of each reconciled window (a re-run counts its window again), by kind and level."
+    );
+    metrics::describe_gauge!(
+        "cabine_reconcile_last_window_end_seconds",
+        "End (UNIX seconds) of the last window reconciled."
+    );
+    metrics::describe_gauge!("cabine_reconcile_last_critical", "CRITICAL discrepancies of the last window reconciled.");
+    metrics::describe_counter!(
+        "cabine_reconcile_failures_total",
+        "Reconciliation runs that failed (no statement in time, a store or the bus unavailable); retried."
+    );
 }
 
 /// One window reconciled: its statement's entries, discrepancies by kind, sends settled.
