@@ -36,6 +36,8 @@ pub enum Command {
     Breaker(crate::outbound_cli::BreakerArgs),
     /// Reconciliations against the Central Bank's statement: run one now (`--from --to`), list, show.
     Reconcile(crate::outbound_cli::ReconcileArgs),
+    /// Reports of a running pod: `report incident --from --to` (what a window's faults touched).
+    Report(crate::outbound_cli::ReportArgs),
     /// Faults under traffic (simulator, private Redis, P pods), judged from the server side and the stores:
     /// one JSON line per scenario; exit 1 on a failed verdict.
     Chaos(ChaosArgs),

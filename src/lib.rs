@@ -13,6 +13,7 @@ pub mod harness;
 pub mod http;
 pub mod icom;
 pub mod inbox;
+pub mod incident;
 pub mod outbound;
 pub mod outbound_cli;
 pub mod publish;

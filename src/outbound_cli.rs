@@ -133,6 +133,30 @@ pub enum ReconcileCommand {
     Show { id: i64 },
 }
 
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub pod: PodArgs,
+    #[command(subcommand)]
+    pub command: ReportCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ReportCommand {
+    /// What a window's faults touched (`GET /v1/incidents/report`), as Markdown (`--json` for JSON).
+    Incident {
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        /// Received → published delay past which an inbound message counts as delayed (default 5s).
+        #[arg(long)]
+        lag: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// One pod's status server.
 struct PodClient {
     base: Url,
@@ -252,6 +276,19 @@ pub async fn reconcile(args: ReconcileArgs, settings: &Settings) -> anyhow::Resu
         None => bail!("cabine reconcile --from T --to T (run one now), or: list, show ID"),
     };
     report(request).await
+}
+
+pub async fn report_command(args: ReportArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let pod = PodClient::new(&args.pod, settings)?;
+    let ReportCommand::Incident { from, to, lag, json } = args.command;
+    let mut url = pod.url(&["v1", "incidents", "report"]);
+    {
+        let mut q = url.query_pairs_mut();
+        q.append_pair("from", &from).append_pair("to", &to);
+        lag.map(|l| q.append_pair("lag", &l));
+        q.append_pair("format", if json { "json" } else { "markdown" });
+    }
+    report(pod.request(Method::GET, url)).await
 }
 
 /// Sends the request; prints the answer on stdout (2xx, exit 0) or stderr (exit 1).

@@ -163,6 +163,13 @@ async fn a_pod_that_cannot_reach_icom_fails_its_slots_over_and_nothing_is_lost()
         ensure!(gauge == Some(0.0), "zero-active gauge: {gauge:?}");
         let healthy_failovers: u64 = slot_failovers(c, 0).await?.values().map(|(n, _)| n).sum();
         ensure!(healthy_failovers == 0, "a healthy pod failed over");
+        // The incident log has them, for the incident report.
+        let logged = c.query("SELECT pod, channel, slot FROM incident_event WHERE kind = 'failover'").await?;
+        let pod = &c.pods[broken].pod_id;
+        ensure!(
+            !logged.is_empty() && logged.iter().all(|r| r.get::<_, String>(0) == *pod),
+            "failovers logged by the broken pod"
+        );
         Ok(())
     })
     .await;

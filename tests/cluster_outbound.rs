@@ -250,6 +250,12 @@ async fn saque_troco_rows_stop_at_their_deadline_while_the_breaker_is_open_and_a
         })
         .await?;
         ensure!(opened == BreakerState::Open, "{opened:?}");
+        let logged = until(Duration::from_secs(5), async || {
+            let n: i64 = c.query("SELECT count(*) FROM incident_event WHERE kind = 'breaker_opened'").await?[0].get(0);
+            Ok((n >= 1, n))
+        })
+        .await?;
+        ensure!(logged >= 1, "the opening is in the incident log: {logged}");
         let quick = publish(c, 20, Request { priority: "high", class: "saque_troco" }).await?;
         let ended = |s: &BTreeMap<String, i64>| count(s, "timeout") + count(s, "in_doubt");
         let s = until(Duration::from_secs(10), async || {

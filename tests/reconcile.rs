@@ -175,6 +175,7 @@ async fn every_discrepancy_is_found_and_in_doubt_sends_are_settled_once() {
         ensure!(found(c).await? == want, "a re-run adds nothing: {:?}", found(c).await?);
         ensure!(again["discrepancies"] == first["discrepancies"], "{again}");
         operator_reads(c, &desk, &first).await?;
+        incident_report(c, &desk, (from, to), (&stored, &never)).await?;
         Ok(())
     })
     .await;
@@ -209,7 +210,40 @@ async fn operator_reads(c: &LocalCluster, desk: &Desk, run: &Value) -> anyhow::R
     );
     let view = c.pod_json(0, "/cluster").await?;
     let alerts = view["alerts"].as_array().context("alerts")?;
-    ensure!(alerts.iter().any(|a| a["kind"] == "reconcile"), "a CRITICAL discrepancy raises the alert: {view}");
+    ensure!(
+        alerts.iter().any(|a| a["kind"] == "reconcile" && a["level"] == "CRITICAL"),
+        "a CRITICAL discrepancy raises the alert: {view}"
+    );
+    Ok(())
+}
+
+/// The incident report of the window: the two sends in doubt and how each was resolved, the
+/// retries, the timeout, the discrepancies; in Markdown through the CLI.
+async fn incident_report(
+    c: &LocalCluster,
+    desk: &Desk,
+    (from, to): (SystemTime, SystemTime),
+    (stored, never): (&str, &str),
+) -> anyhow::Result<()> {
+    let window = format!("from={}&to={}", stamp(from), stamp(to + Duration::from_secs(30)));
+    let (status, r) = desk.get(&format!("/v1/incidents/report?{window}")).await?;
+    ensure!(status == StatusCode::OK, "{status} {r}");
+    let doubt = r["outbound_in_doubt"]["items"].as_array().context("in doubt")?;
+    let resolved = |id: &str| doubt.iter().find(|d| d["msg_id"] == id).map(|d| d["resolved"]["to"].clone());
+    ensure!(r["outbound_in_doubt"]["count"] == 2, "{r}");
+    ensure!(resolved(stored) == Some(json!("confirmed")) && resolved(never) == Some(json!("timeout")), "{r}");
+    ensure!(r["outbound_retried"]["count"].as_i64().unwrap_or(0) >= 2, "both were retried: {r}");
+    // The stored one reached the SPI in time (its first attempt); the other never did.
+    ensure!(r["outbound_timed_out"]["count"] == 1 && r["outbound_past_deadline"]["count"] == 1, "{r}");
+    ensure!(r["reconciliation"]["count"] == 6 && r["breaker_openings"]["count"] == 0, "{r}");
+    let (status, _) = desk.get(&format!("/v1/incidents/report?{window}&lag=fast")).await?;
+    ensure!(status == StatusCode::BAD_REQUEST, "{status}");
+    let pod = format!("http://{}", c.pods[0].operator);
+    let args =
+        ["report", "incident", "--from", &stamp(from), "--to", &stamp(to + Duration::from_secs(30)), "--pod", &pod];
+    let (code, out, err) = cli(&args, &[]).await?;
+    ensure!(code == 0 && out.starts_with("# Incident report"), "{code} {out} {err}");
+    ensure!(out.contains("| Outbound in doubt, and how each was resolved | 2 |") && out.contains(never), "{out}");
     Ok(())
 }
 

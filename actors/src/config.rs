@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::domain::{ChannelId, PoolSize};
 use crate::failover::FailoverConfig;
 use crate::outbound::{OutboundConfig, OutboundPorts};
+use crate::ports::incident::IncidentLog;
 use crate::ports::reconcile::Reconciliation;
 use crate::ports::{IcomConnector, InboundPublisher, InboxStore, LeaseStore, PodRegistry};
 use crate::tree::reconciler::ReconcileSchedule;
@@ -205,6 +206,8 @@ pub struct Ports {
     pub outbound: Option<OutboundPorts>,
     /// Needed when [`TreeConfig::reconcile`] is set.
     pub reconciler: Option<Arc<dyn Reconciliation>>,
+    /// Failovers and quarantines, for the incident report.
+    pub incidents: Arc<dyn IncidentLog>,
 }
 
 #[cfg(test)]

@@ -41,10 +41,26 @@ pub struct ClusterView {
     /// Per channel and pool (`stream`, `send`): the held slots.
     pub holders: Vec<PoolHolders>,
     pub slots: Vec<SlotRow>,
-    /// The watchdog's active alerts (zero_active, stale_slot, lag, cap).
-    pub alerts: Vec<Alert>,
+    /// The active alerts (zero_active, stale_slot, lag, cap, reconcile), most severe first, each with its `level`.
+    pub alerts: Vec<LeveledAlert>,
     /// Sources that could not be read.
     pub errors: Vec<String>,
+}
+
+/// An alert with its level (EMERGENCY, CRITICAL, WARNING, INFO).
+#[derive(Debug, Serialize)]
+pub struct LeveledAlert {
+    pub level: &'static str,
+    #[serde(flatten)]
+    pub alert: Alert,
+}
+
+/// The alerts, most severe first (then as raised).
+pub fn by_level(alerts: Vec<Alert>) -> Vec<LeveledAlert> {
+    let mut leveled: Vec<(cabine_actors::watchdog::alert::Level, Alert)> =
+        alerts.into_iter().map(|a| (a.kind.level(), a)).collect();
+    leveled.sort_by_key(|(level, _)| std::cmp::Reverse(*level));
+    leveled.into_iter().map(|(level, alert)| LeveledAlert { level: level.label(), alert }).collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -137,7 +153,7 @@ pub async fn view(State(state): State<AppState>) -> Response {
     match state.operator {
         Some(o) => {
             let mut view = o.cluster.read().await;
-            view.alerts = o.tree.alerts();
+            view.alerts = by_level(o.tree.alerts());
             // A missing stream is one line here, as readiness words it.
             if let Some(check) = state.readiness.report().checks.get("jetstream").filter(|c| !c.ok) {
                 view.errors.push(format!("jetstream: {}", check.detail));

@@ -2,7 +2,7 @@
 //! tree (`/actors`), the cluster view (`/cluster`), the operator restart of
 //! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`) and the
 //! outbound operator endpoints (`/v1/outbound…`, `/v1/parked…`, `/v1/breakers/…/reset`,
-//! `/v1/reconciliations…`; reads
+//! `/v1/reconciliations…`, `/v1/incidents/report`; reads
 //! of payment data need `http.read_token` off loopback). With
 //! `http.operator_bind` the operator endpoints get a listener of their own
 //! ([`Routes`]).
@@ -12,6 +12,7 @@ mod auth;
 mod breaker;
 mod cluster;
 mod health;
+mod incident;
 mod outbound;
 mod outbound_parked;
 mod outbound_send;
@@ -55,6 +56,8 @@ pub struct Operator {
     pub outbound: Option<OutboundOperator>,
     /// The Reconciler's adapter; `None` when this pod does not reconcile (503).
     pub reconciler: Option<Arc<crate::reconcile::PgReconciliation>>,
+    /// Reads the incident report of a window.
+    pub incidents: Arc<crate::incident::IncidentReports>,
 }
 
 /// Body limit of `POST /v1/outbound` on a pod without an outbound side (it answers 503 anyway).
@@ -110,6 +113,7 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/v1/breakers/{ispb}/{channel}/reset", post(breaker::reset))
         .route("/v1/reconciliations", get(reconcile::list).post(reconcile::run))
         .route("/v1/reconciliations/{id}", get(reconcile::detail))
+        .route("/v1/incidents/report", get(incident::report))
 }
 
 /// Binds the configured address (port 0 allowed) and serves every endpoint until `shutdown` resolves.

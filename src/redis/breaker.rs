@@ -4,11 +4,13 @@
 //! probe admissions expire, so a probe that never reports cannot wedge it.
 //! Unreachable Redis → `Unavailable`: the caller sends nothing (fail closed).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use cabine_actors::ports::breaker::{
     Admission, BreakerError, BreakerState, BreakerView, Call, CallOutcome, CircuitBreaker,
 };
+use cabine_actors::ports::incident::{Incident, IncidentKind, IncidentLog};
 use fred::prelude::*;
 
 use super::guard::{GuardKeys, GuardScript, ScriptClock, ScriptFailure};
@@ -22,6 +24,8 @@ pub struct RedisBreaker {
     clock: ScriptClock,
     settings: BreakerSettings,
     script: GuardScript,
+    /// Where an opening is recorded for the incident report (the pod's log).
+    incidents: Option<Arc<dyn IncidentLog>>,
 }
 
 /// The script's reply.
@@ -60,7 +64,14 @@ impl Reply {
 
 impl RedisBreaker {
     pub fn new(client: Client, keys: GuardKeys, settings: &BreakerSettings, clock: ScriptClock) -> Self {
-        RedisBreaker { client, keys, clock, settings: settings.clone(), script: GuardScript::new(BREAKER_LUA) }
+        let script = GuardScript::new(BREAKER_LUA);
+        RedisBreaker { client, keys, clock, settings: settings.clone(), script, incidents: None }
+    }
+
+    /// Records each opening this pod's calls cause in `log`.
+    pub fn with_incidents(mut self, log: Arc<dyn IncidentLog>) -> Self {
+        self.incidents = Some(log);
+        self
     }
 
     async fn call(
@@ -149,6 +160,14 @@ impl CircuitBreaker for RedisBreaker {
         let r = self.call(channel, "record", Some(call), [probe, outcome_arg(outcome)]).await?;
         if r.flag {
             transition(channel, r.state);
+            if let (BreakerState::Open, Some(log)) = (r.state, &self.incidents) {
+                log.record(Incident {
+                    kind: IncidentKind::BreakerOpened,
+                    channel: Some(channel),
+                    slot: None,
+                    detail: format!("opened after a {} call", outcome_arg(outcome)),
+                });
+            }
         }
         Ok(r.state)
     }

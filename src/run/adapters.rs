@@ -15,6 +15,7 @@ use crate::config::Settings;
 use crate::http::{ClusterSource, OutboundOperator};
 use crate::icom::{ClientError, IcomChannels};
 use crate::inbox::PgInbox;
+use crate::incident::{IncidentSink, PgIncidentLog};
 use crate::outbound::hints::NatsWorkHints;
 use crate::outbound::ingress::{ConsumerSpec, IngressRules, JetStreamIngress};
 use crate::outbound::results::JetStreamResults;
@@ -37,6 +38,8 @@ pub struct Adapters {
     pub outbound: Option<OutboundAdapters>,
     /// `None` unless the pod reconciles (`reconcile.enabled` and `outbound.enabled`).
     pub reconciler: Option<Arc<PgReconciliation>>,
+    /// Failovers, quarantines and breaker openings, for the incident report.
+    pub incidents: Arc<PgIncidentLog>,
 }
 
 /// The outbound side's adapters; the store and breaker are also what the
@@ -54,7 +57,7 @@ pub struct OutboundAdapters {
 }
 
 impl OutboundAdapters {
-    pub fn build(settings: &Settings, deps: &Dependencies) -> OutboundAdapters {
+    pub fn build(settings: &Settings, deps: &Dependencies, incidents: Arc<PgIncidentLog>) -> OutboundAdapters {
         let ispb = &settings.cluster.ispb;
         let policy = OutboundPolicy::from_settings(settings);
         let guards = GuardKeys::new(&settings.redis.prefix, &settings.cluster.name, ispb);
@@ -69,7 +72,10 @@ impl OutboundAdapters {
         let subjects = crate::bus::Subjects::new(&settings.nats, ispb);
         OutboundAdapters {
             store: Arc::new(PgOutboundStore::new(deps.postgres.clone(), ispb, policy.clone())),
-            breaker: Arc::new(RedisBreaker::new(deps.redis.clone(), guards.clone(), &o.breaker, ScriptClock::Server)),
+            breaker: Arc::new(
+                RedisBreaker::new(deps.redis.clone(), guards.clone(), &o.breaker, ScriptClock::Server)
+                    .with_incidents(incidents),
+            ),
             bucket: Arc::new(RedisBucket::new(deps.redis.clone(), guards, &o.bucket, ScriptClock::Server)),
             ingress: Arc::new(JetStreamIngress::new(js.clone(), spec, IngressRules::from_settings(settings))),
             results: Arc::new(JetStreamResults::new(
@@ -151,9 +157,15 @@ impl Adapters {
         let inbox =
             Arc::new(PgInbox::new(deps.postgres.clone(), &settings.cluster.ispb, settings.postgres.query_timeout));
         let publisher = Arc::new(JetStreamPublisher::start(deps.nats.clone(), deps.postgres.clone(), settings));
-        let outbound = settings.outbound.enabled.then(|| OutboundAdapters::build(settings, deps));
+        let incidents = Arc::new(PgIncidentLog::start(IncidentSink {
+            db: deps.postgres.clone(),
+            ispb: settings.cluster.ispb.to_string(),
+            pod: pod_id.to_owned(),
+            timeout: settings.postgres.wait_timeout + settings.postgres.query_timeout,
+        }));
+        let outbound = settings.outbound.enabled.then(|| OutboundAdapters::build(settings, deps, incidents.clone()));
         let reconciler = outbound.as_ref().filter(|_| settings.reconciles()).map(|o| o.reconciler(settings, deps));
-        Ok(Adapters { leases, pods, inbox, publisher, icom, outbound, reconciler })
+        Ok(Adapters { leases, pods, inbox, publisher, icom, outbound, reconciler, incidents })
     }
 
     pub fn ports(&self) -> Ports {
@@ -165,6 +177,7 @@ impl Adapters {
             publisher: self.publisher.clone(),
             outbound: self.outbound.as_ref().map(|o| o.ports(self.icom.clone())),
             reconciler: self.reconciler.clone().map(|r| r as Arc<dyn Reconciliation>),
+            incidents: self.incidents.clone(),
         }
     }
 

@@ -118,6 +118,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         cluster: Arc::new(adapters.cluster_source(&settings)),
         outbound: adapters.outbound.as_ref().map(|o| o.operator(&settings, &deps)),
         reconciler: adapters.reconciler.clone(),
+        incidents: Arc::new(crate::incident::IncidentReports {
+            db: deps.postgres.clone(),
+            ispb: settings.cluster.ispb.to_string(),
+            timeout: settings.postgres.wait_timeout + settings.postgres.query_timeout,
+        }),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let access = http::Access::from_settings(&settings.http);

@@ -10,6 +10,14 @@ pub fn describe() {
     describe_outbound_store();
     describe_outbound_bus();
     describe_redis();
+    describe_incidents();
+}
+
+fn describe_incidents() {
+    metrics::describe_counter!(
+        "cabine_incident_events_total",
+        "Incidents (failovers, quarantines, breaker openings) for the incident log, by outcome: written, folded (a repeat within 30 s), dropped (queue full), failed."
+    );
 }
 
 fn describe_readiness() {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use ractor::{ActorRef, Message};
 
 use crate::ledger::{HeldLease, LostNotice};
+use crate::ports::incident::{Incident, IncidentKind};
 use crate::ports::{Acquired, GrantId, LeaseError, LostCause, Pool};
 use crate::tree::context::TreeContext;
 
@@ -63,7 +64,16 @@ pub async fn acquire(ctx: &TreeContext, owner: &str, pool: Pool, slot: Option<u8
             Acquisition::Granted(Held { lease, grant, slot })
         }
         Ok(Acquired::Full) => Acquisition::Full,
-        Ok(Acquired::Quarantined { remaining }) => Acquisition::Quarantined(remaining),
+        Ok(Acquired::Quarantined { remaining }) => {
+            // Every acquire of every slot meets it: the log folds the repeats.
+            ctx.ports.incidents.record(Incident {
+                kind: IncidentKind::Quarantine,
+                channel: None,
+                slot: None,
+                detail: format!("lease store in quarantine, {remaining:?} left"),
+            });
+            Acquisition::Quarantined(remaining)
+        }
         Err(LeaseError::Unavailable(e)) => Acquisition::Retry(format!("lease store unavailable: {e}")),
         Err(LeaseError::Lost(cause)) => Acquisition::Retry(format!("lease lost while acquiring: {cause}")),
         Err(LeaseError::Fatal(e)) => Acquisition::Fatal(format!("lease store fatal: {e}")),

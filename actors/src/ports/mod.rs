@@ -12,6 +12,7 @@ pub mod gate;
 pub mod icom;
 pub mod icom_send;
 pub mod inbox;
+pub mod incident;
 pub mod lease;
 pub mod outbound;
 pub mod outbound_bus;

@@ -13,6 +13,7 @@ use super::{Handover, Phase, Slot, SlotMsg, SlotState, Step};
 use crate::fair::Share;
 use crate::metrics;
 use crate::ports::Pool;
+use crate::ports::incident::{Incident, IncidentKind};
 
 type Me = ActorRef<SlotMsg>;
 
@@ -51,6 +52,12 @@ impl Slot {
         board.add_detail(&id, "failovers", 1);
         board.set_detail(&id, "failures", 0);
         let error = format!("failed over after {count} failed cycles in {took:?} (last: {why}); cooldown {cooldown:?}");
+        self.ctx.ports.incidents.record(Incident {
+            kind: IncidentKind::Failover,
+            channel: Some(self.slot.channel),
+            slot: Some(self.slot.n),
+            detail: error.clone(),
+        });
         board.set_error(&id, error);
         tracing::warn!(slot = %self.slot, count, ?took, ?cooldown, %why, "poll cycles keep failing on this pod: handing the slot over");
         self.hand_over(me, state, Handover::KeepOpen);

@@ -17,6 +17,7 @@ pub mod hints;
 pub mod icom;
 mod icom_conn;
 pub mod inbox;
+pub mod incidents;
 pub mod ingress;
 pub mod lease;
 pub mod link;
@@ -40,6 +41,7 @@ pub use bucket::{FakeBucket, FakeBucketSettings};
 pub use confirm::{FakeConfirmations, outbound, outbound_xml, status_report};
 pub use gate::FakeSendGates;
 pub use hints::FakeHints;
+pub use incidents::FakeIncidents;
 pub use ingress::FakeIngress;
 pub use outbound::{FakeOutboundPolicy, FakeOutboundStore};
 pub use results::FakeResults;
@@ -112,6 +114,7 @@ pub struct FakeWorld {
     pub gates: Arc<FakeSendGates>,
     pub confirmations: Arc<FakeConfirmations>,
     pub hints: Arc<FakeHints>,
+    pub incidents: Arc<FakeIncidents>,
 }
 
 impl FakeWorld {
@@ -141,6 +144,7 @@ impl FakeWorld {
             icom_out,
             gates: FakeSendGates::new(),
             hints: FakeHints::new(),
+            incidents: FakeIncidents::new(),
             outbound,
         }
     }
@@ -165,6 +169,7 @@ impl FakeWorld {
                 hints: self.hints.clone(),
             }),
             reconciler: None,
+            incidents: self.incidents.clone(),
         }
     }
 }

@@ -1,0 +1,66 @@
+//! `GET /v1/incidents/report?from=&to=&lag=&format=` (read or admin token):
+//! the incident report of a window (RFC 3339 times; `lag`, e.g. `5s`, is the
+//! received → published delay past which an inbound message counts as
+//! delayed, default 5 s), as JSON, or Markdown with `format=markdown`.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::AppState;
+use super::auth::Refusal;
+
+/// Longest window one report covers.
+const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+const DEFAULT_LAG: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Deserialize)]
+pub struct ReportQuery {
+    from: Option<String>,
+    to: Option<String>,
+    lag: Option<String>,
+    format: Option<String>,
+}
+
+pub async fn report(
+    State(state): State<AppState>,
+    query: Result<Query<ReportQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    state.access.read(&headers)?;
+    let bad = |why: String| Refusal::new(StatusCode::BAD_REQUEST, why);
+    let Query(q) = query.map_err(|e| bad(e.body_text()))?;
+    let reports = state
+        .operator
+        .as_ref()
+        .map(|o| o.incidents.clone())
+        .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree"))?;
+    let time = |name: &str, text: Option<&str>| -> Result<std::time::SystemTime, Refusal> {
+        let text = text.ok_or_else(|| bad(format!("{name} is required (RFC 3339)")))?;
+        humantime::parse_rfc3339_weak(text).map_err(|e| bad(format!("{name} {text:?} is not an RFC 3339 time: {e}")))
+    };
+    let (from, to) = (time("from", q.from.as_deref())?, time("to", q.to.as_deref())?);
+    if from >= to || to.duration_since(from).unwrap_or_default() > MAX_WINDOW {
+        return Err(bad("from must be before to, at most 7 days apart".into()));
+    }
+    let lag = match q.lag.as_deref() {
+        None => DEFAULT_LAG,
+        Some(l) => humantime::parse_duration(l).map_err(|e| bad(format!("lag {l:?}: {e}")))?,
+    };
+    let report = reports
+        .report(from, to, lag)
+        .await
+        .map_err(|e| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    Ok(match q.format.as_deref() {
+        None | Some("json") => Json(report).into_response(),
+        Some("markdown") => {
+            ([(header::CONTENT_TYPE, "text/markdown; charset=utf-8")], report.markdown()).into_response()
+        }
+        Some(other) => return Err(bad(format!("format {other:?}: json or markdown"))),
+    })
+}
