@@ -99,6 +99,10 @@ pub struct ChaosArgs {
     /// Extra configuration for every pod, e.g. `CABINE__POOLS__STREAM=4` (repeatable).
     #[arg(long, value_name = "KEY=VALUE")]
     pub pod_env: Vec<String>,
+    /// Reconcile while it runs (windows of 10 s against the simulator's settlement record) and
+    /// fail the run unless every window over it is reconciled without a discrepancy above INFO.
+    #[arg(long)]
+    pub reconcile: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]

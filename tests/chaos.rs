@@ -14,8 +14,12 @@ fn short_profile(seed: u64) -> ChaosConfig {
 }
 
 async fn judged(scenario: Scenario, seed: u64) -> Box<ChaosReport> {
+    judged_with(scenario, short_profile(seed)).await
+}
+
+async fn judged_with(scenario: Scenario, cfg: ChaosConfig) -> Box<ChaosReport> {
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cabine"));
-    match run_scenario(&exe, &short_profile(seed), scenario).await {
+    match run_scenario(&exe, &cfg, scenario).await {
         Outcome::Judged(report) => {
             eprintln!("{}", serde_json::to_string(&report).unwrap_or_default());
             report
@@ -36,6 +40,19 @@ fn exercised(r: &ChaosReport) {
     );
     assert!(r.injected > 0 && r.persisted > 0 && r.outbound_published > 0, "{}: traffic flowed", r.scenario);
     assert_eq!(r.duplicates_at_sim, 0, "{}: an outbound MsgId accepted twice", r.scenario);
+}
+
+/// Killed pods, the leader among them, and the Reconciler still reconciles every window of the
+/// run against the simulator's settlement record, finding nothing (`--reconcile`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_kills_every_window_reconciles_clean() {
+    let r = judged_with(Scenario::Kill, ChaosConfig { reconcile: true, ..short_profile(2) }).await;
+    exercised(&r);
+    assert!(r.ok, "failed {:?}: {}", r.failed, serde_json::to_string(&r).unwrap_or_default());
+    let rec = r.reconcile.as_ref().expect("reconciled");
+    assert!(rec.covered && rec.windows >= 2 && rec.unexplained == 0, "{rec:?}");
+    assert!(rec.statement_entries as usize >= r.persisted, "every credit on a statement: {rec:?}");
+    assert_eq!(r.incidents.get("reconciliation"), Some(&0), "{:?}", r.incidents);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,10 +38,16 @@
 //!   simulator's 6), and a request latency that keeps requests in flight long
 //!   enough for a second holder to meet them. `stuck` means nothing moved for
 //!   lease + lock_delay + processing_timeout + 10 s, not "a backlog was draining".
+//! - `--reconcile`: the pods reconcile windows of 10 s (settle margin 10 s) while
+//!   the faults go on; after the verdict the run waits for the window covering
+//!   its end, and fails unless the windows over it follow one another and found
+//!   nothing above INFO (a send the statement settled is INFO). Every run reports
+//!   the incident report's counts for its traffic (`incidents`).
 
 mod faults;
 mod holders;
 mod plan;
+mod reconciled;
 mod report;
 mod run;
 mod scenario;
@@ -57,6 +63,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 pub use plan::{Plan, PlannedFault};
+pub use reconciled::ReconcileFigures;
 pub use report::{ChaosReport, Unjudged};
 pub use run::{Outcome, run_scenario};
 pub use scenario::{Choice, Scenario, Timing};
@@ -88,7 +95,12 @@ pub struct ChaosConfig {
     pub pod_log: String,
     /// Extra `CABINE__…` overrides for every pod (and the run's own view of the settings).
     pub env: Vec<(String, String)>,
+    /// The pods reconcile windows of [`RECONCILE_WINDOW`] while the run goes on, judged after it.
+    pub reconcile: bool,
 }
+
+/// Window and settle margin of `--reconcile`.
+pub const RECONCILE_WINDOW: Duration = Duration::from_secs(10);
 
 impl Default for ChaosConfig {
     fn default() -> Self {
@@ -102,6 +114,7 @@ impl Default for ChaosConfig {
             hold: Duration::from_millis(700),
             pod_log: "error".into(),
             env: Vec::new(),
+            reconcile: false,
         }
     }
 }
@@ -118,6 +131,9 @@ impl ChaosConfig {
             bail!("--hold-ms + 1.5 × --latency-ms must stay below the pods' 1 s long-poll timeout");
         }
         let outbound_rate = if a.no_outbound { 0.0 } else { a.outbound_rate };
+        if a.reconcile && outbound_rate == 0.0 {
+            bail!("--reconcile sends its statement requests through the outbound side: not with --no-outbound");
+        }
         if !(a.rate.is_finite() && a.rate > 0.0 && outbound_rate.is_finite() && outbound_rate >= 0.0) {
             bail!("--rate must be > 0 and --outbound-rate >= 0");
         }
@@ -137,6 +153,7 @@ impl ChaosConfig {
             hold: Duration::from_millis(a.hold_ms),
             pod_log: a.pod_log.clone(),
             env,
+            reconcile: a.reconcile,
         })
     }
 }

@@ -5,13 +5,16 @@
 //! `duplicates_at_sim`, `outbound_lost`, `outbound_unstored`; and the run
 //! itself: `fault_errors` (a fault that could not be applied or recovered from
 //! — e.g. a pod that ignored SIGTERM past its stop budget, a replacement that
-//! never got ready) and `no_faults` (nothing was tested).
+//! never got ready) and `no_faults` (nothing was tested); with `--reconcile`,
+//! `reconcile_gaps` (a window over the run not reconciled) and
+//! `reconcile_discrepancies` (anything above INFO found).
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::ChaosConfig;
+use super::reconciled::ReconcileFigures;
 use super::scenario::Scenario;
 use super::verdict::Verdict;
 
@@ -29,6 +32,10 @@ pub struct RunFacts {
     /// The simulator's caps.
     pub max_in_flight_cap: u64,
     pub max_streams_cap: u64,
+    /// The incident report's counts over the traffic.
+    pub incidents: BTreeMap<String, i64>,
+    /// With `--reconcile`: the windows over the run.
+    pub reconciled: Option<ReconcileFigures>,
 }
 
 /// One judged scenario: ONE JSON line.
@@ -85,6 +92,11 @@ pub struct ChaosReport {
     pub publish_errors: u64,
     /// Outbound bodies never PubAcked by the end of the traffic (not counted as published).
     pub outbound_unacked: usize,
+    /// The incident report over the traffic: count per section.
+    pub incidents: BTreeMap<String, i64>,
+    /// With `--reconcile`: the Reconciler's windows over the run and what they found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<ReconcileFigures>,
     pub elapsed_s: f64,
 }
 
@@ -137,6 +149,8 @@ impl ChaosReport {
             inject_errors: facts.inject_errors,
             publish_errors: facts.publish_errors,
             outbound_unacked: facts.unpublished_at_stop,
+            incidents: facts.incidents,
+            reconcile: facts.reconciled,
             elapsed_s: (facts.elapsed_s * 10.0).round() / 10.0,
         }
     }
@@ -155,6 +169,8 @@ pub fn failures(f: &RunFacts, v: &Verdict) -> Vec<&'static str> {
         ("outbound_lost", v.outbound_lost > 0),
         ("outbound_unstored", v.outbound_unstored > 0),
         ("fault_errors", !f.fault_errors.is_empty()),
+        ("reconcile_gaps", f.reconciled.as_ref().is_some_and(|r| !r.covered)),
+        ("reconcile_discrepancies", f.reconciled.as_ref().is_some_and(|r| r.unexplained > 0)),
         ("no_faults", f.faults == 0),
     ]
     .into_iter()

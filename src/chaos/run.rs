@@ -3,20 +3,21 @@
 //! of the run, traffic off, settling, the evidence read, the world torn down.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::ChaosConfig;
 use super::faults;
 use super::holders::{self, HoldersError};
 use super::plan::Plan;
+use super::reconciled;
 use super::report::{ChaosReport, RunFacts};
 use super::scenario::Scenario;
 use super::settle::settle;
 use super::traffic::Traffic;
 use super::verdict::{self, EvidenceError};
 use super::world::{READY_WITHIN, World, WorldError};
+use super::{ChaosConfig, RECONCILE_WINDOW};
 
 /// How one scenario ended.
 #[derive(Debug)]
@@ -81,12 +82,13 @@ async fn drive(
         plan.quiet_from.as_secs_f64()
     );
     let traffic = Traffic::start(&world.cluster, cfg.rate, cfg.outbound_rate);
-    let started = Instant::now();
+    let (started, wall_start) = (Instant::now(), SystemTime::now());
     let mut facts =
         RunFacts { max_in_flight_cap: world.max_in_flight, max_streams_cap: world.max_streams, ..Default::default() };
     apply_plan(world, &plan, started, &mut facts).await;
     tokio::time::sleep_until(started + cfg.seconds).await;
     let (inbound, outbound) = traffic.stop().await;
+    let wall_stop = SystemTime::now();
     let stall = world.timing.takeover() + world.cluster.settings.timing.processing_timeout + SETTLE_MARGIN;
     let settled = settle(&world.cluster, &outbound.published, stall).await;
     eprintln!("chaos {scenario}: traffic stopped; settled={} after {} ms", settled.done, settled.took.as_millis());
@@ -96,6 +98,12 @@ async fn drive(
     facts.inject_errors = inbound.errors;
     facts.publish_errors = outbound.errors;
     facts.unpublished_at_stop = outbound.unpublished;
+    facts.incidents = reconciled::incidents(&world.cluster, (wall_start, SystemTime::now())).await;
+    if cfg.reconcile {
+        // The window covering the end closes a window and a margin later; its statement comes on top.
+        let within = RECONCILE_WINDOW * 3 + Duration::from_secs(30);
+        facts.reconciled = Some(reconciled::windows(&world.cluster, (wall_start, wall_stop), within).await);
+    }
     facts.elapsed_s = t0.elapsed().as_secs_f64();
     Ok(ChaosReport::new(scenario, cfg, facts, verdict::judge(&evidence)))
 }

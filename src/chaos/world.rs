@@ -149,6 +149,20 @@ fn pod_env(
     if let Some(n) = nats {
         env.push(("CABINE__NATS__URL".into(), n.url()));
     }
+    if cfg.reconcile {
+        let window = format!("{}s", super::RECONCILE_WINDOW.as_secs());
+        for (k, v) in [
+            ("CABINE__RECONCILE__ENABLED", "true"),
+            ("CABINE__RECONCILE__INTERVAL", window.as_str()),
+            ("CABINE__RECONCILE__SETTLE_MARGIN", window.as_str()),
+            ("CABINE__RECONCILE__LOOKBACK", window.as_str()),
+            ("CABINE__RECONCILE__REPORT_TIMEOUT", "20s"),
+            ("CABINE__RECONCILE__RETRY_AFTER", "1s"),
+            ("CABINE__RECONCILE__MAX_WINDOWS", "100"),
+        ] {
+            env.push((k.into(), v.into()));
+        }
+    }
     env.extend(cfg.env.iter().cloned());
     env
 }
