@@ -55,14 +55,8 @@ fn check_token(key: &str, token: &str, http: &HttpSettings) -> Result<(), Config
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
-    use crate::config::{ConfigError, DEFAULT_TOML, Settings};
-
-    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_sources(DEFAULT_TOML, None, &env)
-    }
+    use crate::config::ConfigError;
+    use crate::config::load_with_env as load;
 
     fn refused_key(env: &[(&str, &str)]) -> String {
         match load(env) {

@@ -423,14 +423,18 @@ impl From<&Settings> for Redacted {
     }
 }
 
+/// Settings from the defaults and `env` (`CABINE__…` pairs): the config tests' loader.
+#[cfg(test)]
+pub(crate) fn load_with_env(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    Settings::from_sources(DEFAULT_TOML, None, &env)
+}
+
 #[cfg(test)]
 mod load_tests {
     use super::*;
 
-    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_sources(DEFAULT_TOML, None, &env)
-    }
+    use crate::config::load_with_env as load;
 
     #[test]
     fn defaults_are_valid() {

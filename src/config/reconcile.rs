@@ -86,15 +86,8 @@ pub fn check_reconcile(s: &Settings) -> Result<(), ConfigError> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
-    use crate::config::DEFAULT_TOML;
-
-    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_sources(DEFAULT_TOML, None, &env)
-    }
+    use crate::config::load_with_env as load;
 
     #[test]
     fn defaults_reconcile_and_bad_values_name_their_key() {

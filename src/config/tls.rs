@@ -144,13 +144,8 @@ pub(super) fn check_store_tls(s: &Settings) -> Result<(), ConfigError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DEFAULT_TOML, Settings};
     use super::*;
-
-    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_sources(DEFAULT_TOML, None, &env)
-    }
+    use crate::config::load_with_env as load;
 
     fn refused(env: &[(&str, &str)]) -> (String, String) {
         match load(env) {

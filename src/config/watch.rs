@@ -67,15 +67,9 @@ impl WatchdogSettings {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
-    use crate::config::{ConfigError, DEFAULT_TOML, Settings};
-
-    fn load(env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Settings::from_sources(DEFAULT_TOML, None, &env)
-    }
+    use crate::config::ConfigError;
+    use crate::config::load_with_env as load;
 
     #[test]
     fn the_tree_gets_the_failover_and_watchdog_settings() {

@@ -1,7 +1,8 @@
 //! `GET /v1/incidents/report?from=&to=&lag=&format=` (read or admin token):
 //! the incident report of a window (RFC 3339 times; `lag`, e.g. `5s`, is the
 //! received → published delay past which an inbound message counts as
-//! delayed, default 5 s), as JSON, or Markdown with `format=markdown`.
+//! delayed, default 5 s), as JSON, or Markdown with `format=markdown`;
+//! `to` defaults to now.
 
 use std::time::Duration;
 
@@ -40,13 +41,9 @@ pub async fn report(
         .as_ref()
         .map(|o| o.incidents.clone())
         .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree"))?;
-    let time = |name: &str, text: Option<&str>| -> Result<std::time::SystemTime, Refusal> {
-        let text = text.ok_or_else(|| bad(format!("{name} is required (RFC 3339)")))?;
-        humantime::parse_rfc3339_weak(text).map_err(|e| bad(format!("{name} {text:?} is not an RFC 3339 time: {e}")))
-    };
-    let (from, to) = (time("from", q.from.as_deref())?, time("to", q.to.as_deref())?);
-    if from >= to || to.duration_since(from).unwrap_or_default() > MAX_WINDOW {
-        return Err(bad("from must be before to, at most 7 days apart".into()));
+    let (from, to) = super::reconcile::rfc3339_window(q.from.as_deref(), q.to.as_deref(), |_| None)?;
+    if to.duration_since(from).unwrap_or_default() > MAX_WINDOW {
+        return Err(bad("a report covers at most 7 days".into()));
     }
     let lag = match q.lag.as_deref() {
         None => DEFAULT_LAG,

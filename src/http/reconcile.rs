@@ -54,13 +54,22 @@ fn window(
     query: Result<Query<WindowQuery>, QueryRejection>,
     default_from: impl FnOnce(SystemTime) -> Option<SystemTime>,
 ) -> Result<(SystemTime, SystemTime), Refusal> {
+    let Query(q) = query.map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    rfc3339_window(q.from.as_deref(), q.to.as_deref(), default_from)
+}
+
+/// `[from, to)` from RFC 3339 texts: `to` defaults to now, `from` to `default_from(to)`; 400 otherwise.
+pub(super) fn rfc3339_window(
+    from: Option<&str>,
+    to: Option<&str>,
+    default_from: impl FnOnce(SystemTime) -> Option<SystemTime>,
+) -> Result<(SystemTime, SystemTime), Refusal> {
     let bad = |why: String| Refusal::new(StatusCode::BAD_REQUEST, why);
-    let Query(q) = query.map_err(|e| bad(e.body_text()))?;
     let parse = |name: &str, text: &str| {
         humantime::parse_rfc3339_weak(text).map_err(|e| bad(format!("{name} {text:?} is not an RFC 3339 time: {e}")))
     };
-    let to = q.to.as_deref().map(|t| parse("to", t)).transpose()?.unwrap_or_else(SystemTime::now);
-    let from = match q.from.as_deref() {
+    let to = to.map(|t| parse("to", t)).transpose()?.unwrap_or_else(SystemTime::now);
+    let from = match from {
         Some(f) => parse("from", f)?,
         None => default_from(to).ok_or_else(|| bad("from is required".into()))?,
     };
