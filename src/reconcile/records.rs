@@ -161,32 +161,38 @@ impl Records {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    /// Inbox credits received from `since` on, with what each message says of its transaction.
+    /// Inbox credits received from `since` on: one per transaction of each pacs.008 (a message
+    /// may carry several), with what the message says of it.
     pub async fn inbox_credits(&self, since: SystemTime) -> Result<Vec<InboxCredit>, ReconcileError> {
         let rows = self
             .query(
                 "SELECT id, end_to_end_id, msg_id, received_at, raw FROM inbox
-                 WHERE ispb = $1 AND status = 'received' AND msg_def LIKE 'pacs.008%' AND received_at >= $2
-                   AND end_to_end_id IS NOT NULL",
+                 WHERE ispb = $1 AND status = 'received' AND msg_def LIKE 'pacs.008%' AND received_at >= $2",
                 &[&self.ispb, &since],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                let e2e: String = r.get(1);
-                let raw: Vec<u8> = r.get(4);
-                let tx = statement::transactions(&raw).ok().and_then(|t| t.get(&e2e).copied()).unwrap_or_default();
-                InboxCredit {
+        let mut credits = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let raw: Vec<u8> = r.get(4);
+            let mut txs: Vec<(String, statement::Transaction)> =
+                statement::transactions(&raw).map(|t| t.into_iter().collect()).unwrap_or_default();
+            if txs.is_empty()
+                && let Some(e2e) = r.get::<_, Option<String>>(1)
+            {
+                txs.push((e2e, statement::Transaction::default()));
+            }
+            for (e2e, tx) in txs {
+                credits.push(InboxCredit {
                     id: r.get(0),
                     end_to_end_id: e2e,
                     msg_id: r.get(2),
                     received_at: r.get(3),
                     accepted_at: tx.accepted_at,
                     amount_cents: tx.amount_cents,
-                }
-            })
-            .collect())
+                });
+            }
+        }
+        Ok(credits)
     }
 
     /// Our pacs.008 sends carrying one of `e2es`, and those that may have

@@ -244,6 +244,14 @@ mod tests {
     }
 
     #[test]
+    fn each_transaction_of_a_ten_transaction_message_is_read() {
+        let xml = include_str!("../../tests/data/spi/pacs.008_END_10_msg.xml");
+        let txs = transactions(xml.as_bytes()).unwrap();
+        assert_eq!(txs.len(), 10);
+        assert!(txs.values().all(|t| t.amount_cents.is_some() && t.accepted_at.is_some()), "{txs:?}");
+    }
+
+    #[test]
     fn amounts_of_a_credit_transfer() {
         let xml = include_str!("../sim/templates/pacs.008_END_1_msg.xml");
         let amounts = amounts(xml.as_bytes()).unwrap();
