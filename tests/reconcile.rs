@@ -110,11 +110,11 @@ async fn every_discrepancy_is_found_and_in_doubt_sends_are_settled_once() {
         // Stored by the SPI, answered 5xx, its pacs.002 lost: in doubt at its deadline.
         let faults = json!({"channel": "cpm", "error_5xx_ratio": 1.0, "store_before_5xx": true, "lose_replies": true});
         c.sim.control.faults(faults).await?;
-        let stored = send_until(&desk, &bodies[2], Duration::from_secs(2)).await?;
+        let stored = send_until(&desk, &bodies[2], Duration::from_secs(3)).await?;
         desk.until_status(&stored, "in_doubt", Duration::from_secs(15)).await?;
         // Answered 5xx without storing: in doubt too, and never settled.
         c.sim.control.faults(json!({"channel": "cpm", "store_before_5xx": false, "lose_replies": false})).await?;
-        let never = send_until(&desk, &bodies[3], Duration::from_secs(2)).await?;
+        let never = send_until(&desk, &bodies[3], Duration::from_secs(3)).await?;
         let v = desk.until_status(&never, "in_doubt", Duration::from_secs(15)).await?;
         ensure!(v["status"] == "in_doubt", "{v}");
         c.sim.control.faults(json!({"channel": "cpm", "error_5xx_ratio": 0.0})).await?;
@@ -284,8 +284,11 @@ async fn scheduled_windows_of_clean_traffic_reconcile_with_nothing_found() {
         let tree = c.pod_json(0, "/actors").await?;
         let node = actor(&tree, "reconciler").context("a reconciler node")?;
         ensure!(node["details"]["windows"].as_u64().unwrap_or(0) >= 3, "{node}");
+        // One camt.060 per window: those done, and the next one's perhaps on its way.
         let lane = c.sim.control.audit("csm").await?;
-        ensure!(lane["received_outbound"].as_u64().unwrap_or(0) == done.0 as u64, "one camt.060 per window: {lane}");
+        let requests: i64 = c.query("SELECT count(*) FROM reconciliation").await?[0].get(0);
+        let sent = lane["received_outbound"].as_i64().unwrap_or(-1);
+        ensure!(sent >= done.0 && sent <= requests + 1, "{sent} camt.060 for {} windows done, {requests} opened", done.0);
         Ok(())
     })
     .await;
