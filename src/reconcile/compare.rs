@@ -70,6 +70,17 @@ pub enum SendAction {
     NotSettled { msg_id: String, in_doubt: bool },
 }
 
+impl SendAction {
+    /// What it means to do, as stored while planned.
+    pub fn label(&self) -> &'static str {
+        match self {
+            SendAction::Confirm { .. } => "confirm",
+            SendAction::NotSettled { in_doubt: true, .. } => "timeout",
+            SendAction::NotSettled { in_doubt: false, .. } => "rejected_by_spi",
+        }
+    }
+}
+
 /// One discrepancy found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Finding {

@@ -92,6 +92,9 @@ pub struct PgReconciliation {
     pub policy: ReconcilePolicy,
 }
 
+/// An action stored before it is applied reads `planned: …` until it is.
+pub const PLANNED: &str = "planned: ";
+
 /// Our clock and Postgres's may differ: pages are looked for from this long before the request.
 const CLOCK_SLACK: Duration = Duration::from_secs(60);
 
@@ -139,8 +142,7 @@ impl PgReconciliation {
         let e2es: Vec<String> = entries.iter().map(|e| e.end_to_end_id.clone()).collect();
         let sends = self.records.sends(&e2es, window.from, window.to).await?;
         let findings = compare::compare(window, &entries, &inbox, &sends);
-        let (found, settled) = self.act(findings).await?;
-        self.records.add_discrepancies(id, &found).await?;
+        let settled = self.act(id, findings).await?;
         self.records.done(id, entries.len(), settled).await?;
         Ok(WindowReport {
             id,
@@ -223,32 +225,34 @@ impl PgReconciliation {
         }
     }
 
-    /// Applies each finding's action; the findings to store, and how many sends changed.
-    async fn act(&self, findings: Vec<Finding>) -> Result<(Vec<NewDiscrepancy>, usize), ReconcileError> {
-        let (mut out, mut events, mut settled) = (Vec::with_capacity(findings.len()), Vec::new(), 0);
-        for f in findings {
-            let action = match &f.action {
-                None => None,
-                Some(a) => {
-                    let (text, changed) = self.apply(a, &f, &mut events).await?;
-                    settled += usize::from(changed);
-                    Some(text)
-                }
-            };
-            out.push(NewDiscrepancy {
+    /// Stores the findings (the evidence first, each action as planned), then applies each
+    /// finding's action and records what it did; how many sends changed.
+    async fn act(&self, id: i64, findings: Vec<Finding>) -> Result<usize, ReconcileError> {
+        let planned: Vec<NewDiscrepancy> = findings
+            .iter()
+            .map(|f| NewDiscrepancy {
                 kind: f.kind,
-                end_to_end_id: f.end_to_end_id,
-                msg_id: f.msg_id,
-                evidence: f.evidence,
-                action,
-            });
+                end_to_end_id: f.end_to_end_id.clone(),
+                msg_id: f.msg_id.clone(),
+                evidence: f.evidence.clone(),
+                action: f.action.as_ref().map(|a| format!("{PLANNED}{}", a.label())),
+            })
+            .collect();
+        self.records.add_discrepancies(id, &planned).await?;
+        let (mut events, mut settled) = (Vec::new(), 0);
+        for f in &findings {
+            if let Some(a) = &f.action {
+                let (done, changed) = self.apply(a, f, &mut events).await?;
+                settled += usize::from(changed);
+                self.records.acted(id, f.kind, &f.end_to_end_id, &done).await?;
+            }
         }
         if !events.is_empty()
             && let Err(e) = self.results.publish(&events).await
         {
             tracing::warn!(error = %e, "reconciled result events left for the sweep");
         }
-        Ok((out, settled))
+        Ok(settled)
     }
 
     /// One send's change: what was done, and whether the row changed.

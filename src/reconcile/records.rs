@@ -243,6 +243,18 @@ impl Records {
         Ok(())
     }
 
+    /// What the action of a stored finding did, unless a run before already recorded it.
+    pub async fn acted(&self, id: i64, kind: DiscrepancyKind, e2e: &str, done: &str) -> Result<(), ReconcileError> {
+        let planned = format!("{}%", super::PLANNED);
+        self.query(
+            "UPDATE reconciliation_discrepancy SET action = $4
+             WHERE reconciliation_id = $1 AND kind = $2 AND end_to_end_id = $3 AND action LIKE $5",
+            &[&id, &kind.label(), &e2e, &done, &planned],
+        )
+        .await
+        .map(drop)
+    }
+
     /// Discrepancies of a run, by kind.
     pub async fn counts(&self, id: i64) -> Result<Vec<(DiscrepancyKind, u64)>, ReconcileError> {
         let rows = self
