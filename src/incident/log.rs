@@ -12,6 +12,7 @@ use cabine_actors::ports::incident::{Incident, IncidentKind, IncidentLog};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::report::ReportError;
 use crate::db::Db;
 use crate::db::bounded;
 
@@ -67,16 +68,15 @@ async fn write(sink: IncidentSink, mut incidents: mpsc::Receiver<Incident>) {
         last.insert(key, now);
         let (kind, channel, slot) = (i.kind.label(), i.channel.map(|c| c.as_str()), i.slot.map(i16::from));
         let (ispb, pod) = (&sink.ispb, &sink.pod);
-        let written: Result<u64, cabine_actors::ports::outbound::OutboundError> =
-            bounded::with_conn(&sink.db, sink.timeout, |conn| async move {
-                conn.execute(
-                    "INSERT INTO incident_event (ispb, pod, kind, channel, slot, detail) VALUES ($1, $2, $3, $4, $5, $6)",
-                    &[ispb, pod, &kind, &channel, &slot, &i.detail],
-                )
-                .await
-                .map_err(|e| cabine_actors::ports::outbound::OutboundError::Unavailable(e.to_string()))
-            })
-            .await;
+        let written: Result<u64, ReportError> = bounded::with_conn(&sink.db, sink.timeout, |conn| async move {
+            conn.execute(
+                "INSERT INTO incident_event (ispb, pod, kind, channel, slot, detail) VALUES ($1, $2, $3, $4, $5, $6)",
+                &[ispb, pod, &kind, &channel, &slot, &i.detail],
+            )
+            .await
+            .map_err(|e| ReportError(e.to_string()))
+        })
+        .await;
         match written {
             Ok(_) => counted("written"),
             Err(e) => {

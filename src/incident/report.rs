@@ -25,8 +25,9 @@ pub struct IncidentReports {
     pub timeout: Duration,
 }
 
+/// A Postgres call of the incident log or report that failed (pool, timeout, statement).
 #[derive(Debug, thiserror::Error)]
-#[error("incident report: {0}")]
+#[error("incident store: {0}")]
 pub struct ReportError(pub String);
 
 impl bounded::Bounded for ReportError {
