@@ -15,6 +15,8 @@ use crate::ports::outbound_bus::{ResultEvent, ResultSink, ResultStatus, ResultsE
 pub struct FakeResults {
     store: Arc<FakeOutboundStore>,
     published: Mutex<HashMap<String, (ResultEvent, u32)>>,
+    /// MsgIds of first publications, in the order they were published.
+    order: Mutex<Vec<(ResultStatus, String)>>,
     down: AtomicBool,
     latency: Mutex<Duration>,
 }
@@ -24,6 +26,7 @@ impl FakeResults {
         Arc::new(FakeResults {
             store,
             published: Mutex::default(),
+            order: Mutex::default(),
             down: AtomicBool::new(false),
             latency: Mutex::default(),
         })
@@ -47,6 +50,12 @@ impl FakeResults {
         self.lock().values().filter(|(e, _)| e.status == status).count()
     }
 
+    /// MsgIds whose `status` event was published, in publication order.
+    pub fn published_order(&self, status: ResultStatus) -> Vec<String> {
+        let order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        order.iter().filter(|(s, _)| *s == status).map(|(_, m)| m.clone()).collect()
+    }
+
     /// Statuses published for `msg_id`, in event order.
     pub fn statuses(&self, msg_id: &str) -> Vec<ResultStatus> {
         let mut events: Vec<ResultEvent> =
@@ -66,8 +75,13 @@ impl ResultSink for FakeResults {
         }
         {
             let mut published = self.lock();
+            let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
             for e in events {
-                published.entry(e.dedup_id()).or_insert_with(|| (e.clone(), 0)).1 += 1;
+                let seen = published.entry(e.dedup_id()).or_insert_with(|| (e.clone(), 0));
+                seen.1 += 1;
+                if seen.1 == 1 {
+                    order.push((e.status, e.msg_id.clone().unwrap_or_default()));
+                }
             }
         }
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();

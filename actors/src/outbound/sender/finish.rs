@@ -3,11 +3,13 @@
 //! (retrying while Postgres is down, within `record_patience`), count the call
 //! on the shared breaker, then publish the result events.
 //!
-//! A sender's finishes run one at a time, in turn order (each starts once the
-//! previous one ended), at most [`BEHIND`] behind the POSTs; its events stay
-//! in order. The publish is chained the same way but not waited for (the
-//! outbox is swept anyway). A failure (outcomes not recorded, a fatal store or
-//! breaker error) is written in the line's book and ends the sender's next turn.
+//! A sender's finishes record and count side by side (at most [`BEHIND`] run
+//! behind the POSTs: their batches are disjoint claims) but complete in turn
+//! order: each waits for the previous one before publishing its events, so
+//! the events stay in order and a finish's handle answers for every earlier
+//! one. The publish is chained the same way but not waited for (the outbox is
+//! swept anyway). A failure (outcomes not recorded, a fatal store or breaker
+//! error) is written in the line's book and ends the sender's next turn.
 //!
 //! Crash safety: rows whose outcome is not recorded stay claimed, and the
 //! janitor recovers the claim as an attempt that may have reached the SPI —
@@ -31,8 +33,9 @@ use crate::ports::outbound::{ClaimToken, OutboundError, Recorded, SendResult};
 use crate::ports::outbound_bus::ResultEvent;
 
 /// Finishes that may run behind a sender's POSTs: the one of the POST just
-/// answered and the one before it. A third waits (records slower than POSTs
-/// slow the sender down instead of piling up claimed rows).
+/// answered and the one before it, recording side by side. A third waits
+/// (records slower than POSTs slow the sender down instead of piling up
+/// claimed rows).
 const BEHIND: usize = 2;
 
 /// A sender's finish stage: what it needs, its bound, and what it reports back.
@@ -126,13 +129,14 @@ impl FinishLine {
     ) -> JoinHandle<()> {
         let line = self.clone();
         tokio::spawn(async move {
+            let events = line.run(finish).await;
+            drop(permit);
             if let Some(previous) = previous
                 && let Err(e) = previous.await
             {
                 line.fail(TurnEnd::Fatal(format!("the finish stage failed: {e}")));
             }
-            line.run(finish).await;
-            drop(permit);
+            line.publish(events);
         })
     }
 
@@ -166,7 +170,8 @@ impl FinishLine {
         book.failure = worse(book.failure.take(), Some(end));
     }
 
-    async fn run(&self, finish: Finish) {
+    /// Records and counts; answers the events to publish once the previous finish ended.
+    async fn run(&self, finish: Finish) -> Vec<ResultEvent> {
         let mut events = finish.events;
         for (claim, outcomes) in &finish.records {
             match self.record(claim, outcomes).await {
@@ -177,7 +182,7 @@ impl FinishLine {
         for (call, outcome) in &finish.calls {
             self.count(call, *outcome).await;
         }
-        self.publish(events);
+        events
     }
 
     async fn count(&self, call: &Call, outcome: CallOutcome) {

@@ -1,7 +1,8 @@
 //! The send path: a row inserted while a turn runs is sent right
 //! after that turn (not one `idle_poll` later), and a standby sender refused a
 //! lease acquires no more often than `acquire_interval` however often woken,
-//! and a turn does not wait for the PubAck of its result events.
+//! a turn does not wait for the PubAck of its result events, and records
+//! slower than POSTs run side by side with their events still in turn order.
 
 use cabine_actors::ports::Pool;
 use cabine_actors::ports::outbound::{OutboundStatus as S, Priority};
@@ -81,6 +82,29 @@ async fn a_turn_does_not_wait_for_its_result_events_to_be_published() {
         all.iter().all(|id| world.results.statuses(id).contains(&ResultStatus::Sent))
     })
     .await;
+    assert_sim_clean(&world, 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_slower_than_posts_run_side_by_side_and_publish_their_events_in_turn_order() {
+    let world = world(1, |s| s.outbound.send.latency = ms(50));
+    world.outbound.set_record_latency(ms(200));
+    let tree = start_pod(&world, "pod-a", one_per_post(outbound_config(1))).await;
+    publish(&world, &["R0".into()], Priority::Normal, 60);
+    all_in(&world, &["R0".into()], S::Sent, ms(5000)).await;
+    let all = ids("R", 20);
+    let started = Instant::now();
+    publish(&world, &all, Priority::Normal, 60);
+    all_in(&world, &all, S::Sent, ms(10_000)).await;
+    // Two records of 200 ms side by side: ~20 × 100 ms; one after the other it was 20 × 200 ms.
+    assert!(started.elapsed() < ms(2800), "took {:?}", started.elapsed());
+    eventually("every Sent event published", ms(2000), || {
+        all.iter().all(|id| world.results.statuses(id).contains(&ResultStatus::Sent))
+    })
+    .await;
+    let posted: Vec<String> = world.icom_out.log().into_iter().flat_map(|r| r.msg_ids).collect();
+    assert_eq!(world.results.published_order(ResultStatus::Sent), posted, "events in the order of the POSTs");
     assert_sim_clean(&world, 1);
     tree.shutdown().await;
 }
