@@ -1,6 +1,6 @@
 //! The first stage of a sender's turn, run while the previous POST is in
 //! flight (or at the turn's start when nothing was prepared): breaker
-//! admission → take ≤ batch_size ready rows (priority, deadline) → cut to the
+//! admission ∥ take ≤ batch_size ready rows (priority, deadline) → cut to the
 //! body budget → draw the batch's cost from the bucket (a short refill is
 //! waited for with the rows in hand). A prepared batch is admitted, claimed
 //! and paid for, but not armed: its gate write comes last, right before its
@@ -15,8 +15,8 @@ use super::finish::Finish;
 use super::verdict;
 use crate::metrics;
 use crate::outbound::sender::{TurnEnd, TurnInput};
-use crate::ports::breaker::{Admission, BreakerError, Call};
-use crate::ports::outbound::{ClaimToken, OutboundError, ReadyMessage, SendResult};
+use crate::ports::breaker::{Admission, BreakerError, BreakerState, Call};
+use crate::ports::outbound::{Batch, ClaimToken, OutboundError, ReadyMessage, SendResult};
 use crate::ports::outbound_bus::ResultEvent;
 use crate::ports::ratelimit::{BucketError, Draw};
 
@@ -51,23 +51,10 @@ pub enum Prep {
 }
 
 pub async fn prepare(input: &TurnInput) -> Prep {
-    let (ports, channel) = (&input.ports, input.channel);
-    let step = Instant::now();
-    let admitted = ports.breaker.admit(channel).await;
-    metrics::turn_step(channel, "admit", step.elapsed());
-    let call = match admitted {
-        Ok(Admission::Admit(call)) => call,
-        Ok(Admission::Refused { state, retry_after }) => {
-            return Prep::Ended(TurnEnd::BreakerRefused { state, retry_after }, Finish::default());
-        }
-        Err(BreakerError::Unavailable(e)) => {
-            return Prep::Ended(TurnEnd::Backoff(format!("breaker unavailable: {e}")), Finish::default());
-        }
-        Err(BreakerError::Fatal(e)) => return Prep::Ended(TurnEnd::Fatal(format!("breaker: {e}")), Finish::default()),
+    let (call, taken) = match admit_and_take(input).await {
+        Ok(admitted) => admitted,
+        Err(ended) => return ended,
     };
-    let step = Instant::now();
-    let taken = ports.store.take_ready(channel, input.size).await;
-    metrics::turn_step(channel, "take", step.elapsed());
     let batch = match taken {
         Ok(batch) => batch,
         Err(e) => {
@@ -92,6 +79,54 @@ pub async fn prepare(input: &TurnInput) -> Prep {
             Prep::Ended(end, finish)
         }
     }
+}
+
+/// Breaker admission and the take: side by side while the breaker was last
+/// seen letting traffic through (one round trip less per turn), else the
+/// admission first, so an open breaker does not churn rows out and back.
+async fn admit_and_take(input: &TurnInput) -> Result<(Call, Result<Batch, OutboundError>), Prep> {
+    let (ports, channel) = (&input.ports, input.channel);
+    let admit = async {
+        let step = Instant::now();
+        let admitted = ports.breaker.admit(channel).await;
+        metrics::turn_step(channel, "admit", step.elapsed());
+        admitted
+    };
+    let take = async {
+        let step = Instant::now();
+        let taken = ports.store.take_ready(channel, input.size).await;
+        metrics::turn_step(channel, "take", step.elapsed());
+        taken
+    };
+    let flowing = matches!(input.line.breaker(), None | Some(BreakerState::Closed | BreakerState::Degraded));
+    if flowing {
+        let (admitted, taken) = tokio::join!(admit, take);
+        return match admission(admitted) {
+            Ok(call) => Ok((call, taken)),
+            Err(end) => Err(Prep::Ended(end, untaken(taken))),
+        };
+    }
+    let call = admission(admit.await).map_err(|end| Prep::Ended(end, Finish::default()))?;
+    Ok((call, take.await))
+}
+
+/// The call admitted, or how the turn ends.
+fn admission(admitted: Result<Admission, BreakerError>) -> Result<Call, TurnEnd> {
+    match admitted {
+        Ok(Admission::Admit(call)) => Ok(call),
+        Ok(Admission::Refused { state, retry_after }) => Err(TurnEnd::BreakerRefused { state, retry_after }),
+        Err(BreakerError::Unavailable(e)) => Err(TurnEnd::Backoff(format!("breaker unavailable: {e}"))),
+        Err(BreakerError::Fatal(e)) => Err(TurnEnd::Fatal(format!("breaker: {e}"))),
+    }
+}
+
+/// Rows taken beside an admission that did not come: straight back, not an attempt.
+fn untaken(taken: Result<Batch, OutboundError>) -> Finish {
+    let Ok(batch) = taken else { return Finish::default() };
+    let mut finish = Finish::with_events(batch.expired);
+    finish
+        .record(batch.claim, verdict::not_sent(&batch.messages, Duration::ZERO, "the breaker did not admit the call"));
+    finish
 }
 
 /// Draws the batch's cost, waiting for a short refill; `Err` ends the turn.

@@ -35,6 +35,37 @@ async fn an_open_breaker_sends_nothing_rows_wait_and_flow_after_it_closes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn rows_taken_beside_an_admission_that_fails_go_back_unsent_and_not_as_an_attempt() {
+    let world = world(1, |_| {});
+    let tree = start_pod(&world, "pod-a", outbound_config(1)).await;
+    publish(&world, &["B0".into()], Priority::Normal, 60);
+    all_in(&world, &["B0".into()], S::Sent, ms(5000)).await;
+    // Last seen closed: the next take runs beside the admission, which now fails.
+    world.breaker.set_down(true);
+    let all = ids("B", 5);
+    publish(&world, &all, Priority::Normal, 60);
+    eventually("a take beside the failed admission, given back", ms(5000), || {
+        world
+            .outbound
+            .history()
+            .iter()
+            .any(|h| h.detail.as_deref().is_some_and(|d| d.contains("breaker did not admit")))
+    })
+    .await;
+    tokio::time::sleep(ms(500)).await;
+    assert_eq!(world.icom_out.audit(CPM).posts, 1, "nothing posted without an admission");
+    for id in &all {
+        let row = world.outbound.row(id).unwrap();
+        assert_eq!((row.status, row.attempts), (S::Queued, 0), "{id}: back unsent, not an attempt");
+    }
+    world.breaker.set_down(false);
+    all_in(&world, &all, S::Sent, ms(10_000)).await;
+    assert!(all.iter().all(|id| world.outbound.row(id).unwrap().attempts == 1));
+    assert_sim_clean(&world, 1);
+    tree.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn client_errors_reject_rows_and_never_open_the_breaker() {
     let world = world(1, |_| {});
     let refused = ids("X", 8);
