@@ -12,6 +12,7 @@
 //! earlier attempt may have reached the SPI.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use cabine_actors::ports::outbound::{
@@ -29,6 +30,30 @@ use crate::outbound::transition::{Change, transition_sql};
 const PICK_CLAIMED: &str = "SELECT o.id, o.status AS from_status, r.note AS note
     FROM outbound o JOIN unnest($1::text[], $2::text[]) AS r(msg_id, note) ON o.msg_id = r.msg_id
     WHERE o.ispb = $3 AND o.status = 'sending' AND o.claim = $4 FOR UPDATE OF o";
+
+/// 201s (`$1` MsgIds, `$2` ResourceIds, `$3` ISPB): `sent` from any row not sent
+/// yet, an in-doubt one included; rows a verdict finished before this 201 was
+/// recorded still get their ResourceIds (the `late` step: its rows are disjoint
+/// from the transition's in the statement's snapshot).
+static SENT_SQL: LazyLock<String> = LazyLock::new(|| {
+    transition_sql(
+        "SELECT o.id, o.status AS from_status, r.rid AS note
+         FROM outbound o JOIN unnest($1::text[], $2::text[]) AS r(msg_id, rid) ON o.msg_id = r.msg_id
+         WHERE o.ispb = $3 AND o.status IN ('queued', 'sending', 'in_doubt') FOR UPDATE OF o",
+        "status = 'sent', attempts = attempts + 1, resource_ids = resource_ids || prev.note, sent_at = now(),
+         claim = NULL, claimed_at = NULL, last_error = NULL",
+    )
+    .replacen(
+        "WITH ",
+        "WITH late AS (
+            UPDATE outbound o SET resource_ids = o.resource_ids || r.rid
+            FROM unnest($1::text[], $2::text[]) AS r(msg_id, rid)
+            WHERE o.msg_id = r.msg_id AND o.ispb = $3 AND o.status IN ('sent', 'confirmed', 'rejected_by_spi')
+              AND NOT (o.resource_ids @> ARRAY[r.rid])
+        ), ",
+        1,
+    )
+});
 
 /// Outcomes of one batch, grouped by what they do to a row.
 #[derive(Default)]
@@ -66,6 +91,10 @@ impl Grouped {
         }
         g
     }
+
+    fn only_sent(&self) -> bool {
+        self.rejected.0.is_empty() && self.failed.0.is_empty() && self.waiting.0.is_empty()
+    }
 }
 
 fn push(pair: &mut (Vec<String>, Vec<String>), id: String, note: String) {
@@ -80,12 +109,17 @@ impl PgOutboundStore {
         outcomes: &[(String, SendResult)],
     ) -> Result<Recorded, OutboundError> {
         let g = Grouped::of(outcomes, self.policy.retry_after_default);
+        if g.only_sent() {
+            // The common batch, all 201: one statement, its own transaction.
+            let changes = self.changes(&SENT_SQL, &[&g.sent.0, &g.sent.1, &self.ispb]).await?;
+            return Ok(recorded(outcomes, changes));
+        }
         let changes = self
             .bounded(|mut client| async move {
                 let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
                 let mut changes = Vec::new();
                 if !g.sent.0.is_empty() {
-                    changes.extend(self.record_sent(&tx, &g.sent).await?);
+                    changes.extend(run_changes(&tx, &SENT_SQL, &[&g.sent.0, &g.sent.1, &self.ispb]).await?);
                 }
                 if !g.rejected.0.is_empty() {
                     let sql = transition_sql(
@@ -107,33 +141,6 @@ impl PgOutboundStore {
             })
             .await?;
         Ok(recorded(outcomes, changes))
-    }
-
-    /// 201s: `sent` (from any row not sent yet, an in-doubt one included); rows a
-    /// verdict finished before this 201 was recorded still get their ResourceIds.
-    async fn record_sent<C: GenericClient>(
-        &self,
-        tx: &C,
-        sent: &(Vec<String>, Vec<String>),
-    ) -> Result<Vec<Change>, OutboundError> {
-        let sql = transition_sql(
-            "SELECT o.id, o.status AS from_status, r.rid AS note
-             FROM outbound o JOIN unnest($1::text[], $2::text[]) AS r(msg_id, rid) ON o.msg_id = r.msg_id
-             WHERE o.ispb = $3 AND o.status IN ('queued', 'sending', 'in_doubt') FOR UPDATE OF o",
-            "status = 'sent', attempts = attempts + 1, resource_ids = resource_ids || prev.note, sent_at = now(),
-             claim = NULL, claimed_at = NULL, last_error = NULL",
-        );
-        let changes = run_changes(tx, &sql, &[&sent.0, &sent.1, &self.ispb]).await?;
-        tx.execute(
-            "UPDATE outbound o SET resource_ids = o.resource_ids || r.rid
-             FROM unnest($1::text[], $2::text[]) AS r(msg_id, rid)
-             WHERE o.msg_id = r.msg_id AND o.ispb = $3 AND o.status IN ('sent', 'confirmed', 'rejected_by_spi')
-               AND NOT (o.resource_ids @> ARRAY[r.rid])",
-            &[&sent.0, &sent.1, &self.ispb],
-        )
-        .await
-        .map_err(|e| pg_error(&e))?;
-        Ok(changes)
     }
 
     /// 429s and rows put back unsent: no attempt; past the deadline `timeout`,
