@@ -9,7 +9,7 @@
 //!
 //! A turn with nothing prepared first waits for the previous finish (the
 //! breaker counted, rows given back) and a previous holder's busy window,
-//! then prepares ([`prepare`]: admit → take → cut → draw). While its POST is
+//! then prepares ([`prepare`]: admit ∥ take → cut → draw). While its POST is
 //! in flight it prepares the next batch and arms the gate for it (one fenced
 //! write after this POST left: the next POST leaves within the margin of it,
 //! else the gate arms again right before); the moment the POST is answered its
