@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Ensures cabine's local dependencies: installs redis-server, postgresql,
-# nats-server, curl, openssl (the simulator's `--tls` RSA server key) and
-# prometheus (its `promtool` checks a live pod's /metrics in the tests) from
+# nats-server, curl, openssl (the simulator's `--tls` RSA server key),
+# prometheus (its `promtool` checks a live pod's /metrics in the tests),
+# chromium and tmux (the status page and `cabine status` tests) from
 # Debian packages when missing, starts the three services on loopback when
 # nothing listens on their ports, and makes Postgres accept root@127.0.0.1/test.
 # Idempotent: on a machine where all three already run it only checks.
@@ -41,6 +42,18 @@ if ! need_cmd promtool; then
   apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
     || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
   [ "$had_policy" = 1 ] || rm -f "$policy"
+fi
+
+# chromium (headless: the status page's browser test) and tmux (`cabine status --watch` under a terminal).
+ui=()
+need_cmd chromium || ui+=(chromium)
+need_cmd tmux || ui+=(tmux)
+if [ ${#ui[@]} -gt 0 ]; then
+  say "installing ${ui[*]} (apt-get; the status page and terminal tests)"
+  export DEBIAN_FRONTEND=noninteractive
+  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${ui[@]}" >/dev/null \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${ui[@]}" >/dev/null; }
 fi
 
 if ! need_cmd cargo; then

@@ -38,6 +38,8 @@ pub enum Command {
     Reconcile(crate::outbound_cli::ReconcileArgs),
     /// Reports of a running pod: `report incident --from --to` (what a window's faults touched).
     Report(crate::outbound_cli::ReportArgs),
+    /// The cluster at a glance from one pod: slot map, pods, alerts, actors not well (`--watch`, `--json`).
+    Status(crate::status_cli::StatusArgs),
     /// Faults under traffic (simulator, private Redis, P pods), judged from the server side and the stores:
     /// one JSON line per scenario; exit 1 on a failed verdict.
     Chaos(ChaosArgs),

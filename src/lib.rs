@@ -22,6 +22,7 @@ pub mod reconcile;
 pub mod redis;
 pub mod run;
 pub mod sim;
+pub mod status_cli;
 pub mod store_tls;
 pub mod telemetry;
 

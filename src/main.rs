@@ -29,7 +29,11 @@ fn main() -> ExitCode {
             // The operator's client commands print their answer and nothing else; chaos keeps
             // stderr for its progress lines and the pods' errors (RUST_LOG still wins).
             match command {
-                Command::Outbound(_) | Command::Breaker(_) | Command::Reconcile(_) | Command::Report(_) => {}
+                Command::Outbound(_)
+                | Command::Breaker(_)
+                | Command::Reconcile(_)
+                | Command::Report(_)
+                | Command::Status(_) => {}
                 Command::Chaos(_) => {
                     let quiet = cabine::config::LogSettings { filter: "warn".into(), ..settings.log.clone() };
                     cabine::telemetry::init_tracing(&quiet);
@@ -70,6 +74,7 @@ async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCo
         Command::Breaker(args) => cabine::outbound_cli::breaker(args, &settings).await,
         Command::Reconcile(args) => cabine::outbound_cli::reconcile(args, &settings).await,
         Command::Report(args) => cabine::outbound_cli::report_command(args, &settings).await,
+        Command::Status(args) => cabine::status_cli::status(args, &settings).await,
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }

@@ -158,14 +158,14 @@ pub enum ReportCommand {
 }
 
 /// One pod's status server.
-struct PodClient {
+pub struct PodClient {
     base: Url,
     token: String,
     http: reqwest::Client,
 }
 
 impl PodClient {
-    fn new(args: &PodArgs, settings: &Settings) -> anyhow::Result<PodClient> {
+    pub fn new(args: &PodArgs, settings: &Settings) -> anyhow::Result<PodClient> {
         let base = args.pod.clone().unwrap_or_else(|| default_pod(settings.http.operator_addr()));
         let base = Url::parse(&base).with_context(|| format!("--pod {base:?} is not a URL"))?;
         if base.cannot_be_a_base() {
@@ -186,6 +186,19 @@ impl PodClient {
 
     fn request(&self, method: Method, url: Url) -> RequestBuilder {
         self.http.request(method, url).bearer_auth(&self.token)
+    }
+
+    /// The pod's base URL, as given.
+    pub fn base(&self) -> &str {
+        self.base.as_str()
+    }
+
+    /// `GET {base}/{segments…}` answered 2xx with JSON.
+    pub async fn get_json(&self, segments: &[&str]) -> anyhow::Result<serde_json::Value> {
+        let response = self.request(Method::GET, self.url(segments)).send().await.context("asking the pod")?;
+        let status = response.status();
+        anyhow::ensure!(status.is_success(), "HTTP {status}");
+        response.json().await.context("reading the pod's JSON answer")
     }
 }
 

@@ -18,6 +18,7 @@ mod outbound_parked;
 mod outbound_send;
 mod outbound_view;
 mod reconcile;
+mod status_page;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,6 +101,9 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .and_then(|o| o.outbound.as_ref())
         .map_or(NO_OUTBOUND_BODY_LIMIT, |o| o.rules.max_message_bytes);
     Router::new()
+        .route("/", get(status_page::page))
+        .route("/ui/status.css", get(status_page::style))
+        .route("/ui/status.js", get(status_page::script))
         .route("/actors", get(actors::tree))
         // Actor ids contain slashes (`slot/cpm/3`): `/actors/{id}/restart` is matched as a catch-all.
         .route("/actors/{*target}", post(actors::restart))
