@@ -25,6 +25,7 @@ pub mod sim;
 pub mod status_cli;
 pub mod store_tls;
 pub mod telemetry;
+pub mod timings;
 
 /// This build's version (Cargo.toml).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -155,6 +155,17 @@ pub enum ReportCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Per channel and stage p50 / p95 / p99 / max (`GET /v1/reports/timings`): `md` (default) or `json`;
+    /// `csv`: every message's stage timestamps, streamed.
+    Timings {
+        #[arg(long)]
+        from: String,
+        /// Default: now.
+        #[arg(long)]
+        to: Option<String>,
+        #[arg(long, default_value = "md", value_parser = ["md", "json", "csv"])]
+        format: String,
+    },
 }
 
 /// One pod's status server.
@@ -293,15 +304,59 @@ pub async fn reconcile(args: ReconcileArgs, settings: &Settings) -> anyhow::Resu
 
 pub async fn report_command(args: ReportArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let pod = PodClient::new(&args.pod, settings)?;
-    let ReportCommand::Incident { from, to, lag, json } = args.command;
-    let mut url = pod.url(&["v1", "incidents", "report"]);
-    {
-        let mut q = url.query_pairs_mut();
-        q.append_pair("from", &from).append_pair("to", &to);
-        lag.map(|l| q.append_pair("lag", &l));
-        q.append_pair("format", if json { "json" } else { "markdown" });
+    match args.command {
+        ReportCommand::Incident { from, to, lag, json } => {
+            let mut url = pod.url(&["v1", "incidents", "report"]);
+            {
+                let mut q = url.query_pairs_mut();
+                q.append_pair("from", &from).append_pair("to", &to);
+                lag.map(|l| q.append_pair("lag", &l));
+                q.append_pair("format", if json { "json" } else { "markdown" });
+            }
+            report(pod.request(Method::GET, url)).await
+        }
+        ReportCommand::Timings { from, to, format } => {
+            let mut url = pod.url(&["v1", "reports", "timings"]);
+            {
+                let mut q = url.query_pairs_mut();
+                q.append_pair("from", &from);
+                to.map(|t| q.append_pair("to", &t));
+                q.append_pair("format", &format);
+            }
+            if format == "csv" {
+                stream_out(pod.request(Method::GET, url)).await
+            } else {
+                report(pod.request(Method::GET, url)).await
+            }
+        }
     }
-    report(pod.request(Method::GET, url)).await
+}
+
+/// Copies a 2xx answer to stdout as it arrives (a CSV of a whole window); else as [`report`].
+async fn stream_out(request: RequestBuilder) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut response = request.send().await.context("asking the pod")?;
+    if !response.status().is_success() {
+        let status = response.status();
+        eprintln!("HTTP {status}: {}", response.text().await.unwrap_or_default());
+        return Ok(ExitCode::FAILURE);
+    }
+    let mut out = std::io::stdout().lock();
+    let mut tail = Vec::new();
+    while let Some(chunk) = response.chunk().await.context("reading the pod's answer")? {
+        out.write_all(&chunk)?;
+        tail = [&tail[tail.len().saturating_sub(512)..], &chunk[..]].concat();
+    }
+    out.flush()?;
+    // A page that failed after the answer started ends the body with `# error: …`.
+    let tail = String::from_utf8_lossy(&tail);
+    match tail.rfind("# error:") {
+        Some(at) => {
+            eprintln!("{}", tail[at..].trim_end());
+            Ok(ExitCode::FAILURE)
+        }
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// Sends the request; prints the answer on stdout (2xx, exit 0) or stderr (exit 1).

@@ -1,4 +1,5 @@
-//! What an operator looks at: `cabine status --watch` under `tmux`, and the
+//! What an operator looks at: `cabine status --watch` under `tmux`,
+//! `cabine report timings` (JSON and CSV) after 50 inbound messages, and the
 //! live status page (`GET /`) in a real browser: Debian's `chromium`,
 //! headless, against a local cluster (child simulator, 3 pods, a private Redis
 //! so the test may stop it). The assertions read the DOM the page's script
@@ -16,7 +17,7 @@ mod cluster_support;
 
 use anyhow::{Context, ensure};
 use cabine::harness::{LocalCluster, RedisServer};
-use cluster_support::{eventually, exe, run, stream_holders};
+use cluster_support::{TOKEN, eventually, exe, run, stream_holders};
 use nix::sys::signal::Signal;
 
 /// What chromium rendered at `url` after the page's script ran, and a screenshot of it.
@@ -126,6 +127,37 @@ async fn the_page_shows_the_slot_map_through_a_failover_a_redis_outage_and_a_qua
     .await;
 }
 
+/// 50 inbound messages, then `cabine report timings` as JSON and as CSV through a pod.
+async fn timing_report(c: &LocalCluster) -> anyhow::Result<()> {
+    let from = humantime::format_rfc3339_seconds(std::time::SystemTime::now() - Duration::from_secs(60)).to_string();
+    c.sim.control.inject_json(serde_json::json!({ "count": 50, "kind": "pacs008", "rate_per_s": 500.0 })).await?;
+    let published = eventually(Duration::from_secs(20), || async {
+        c.inbox_count("published_at IS NOT NULL").await.unwrap_or(0) >= 50
+    })
+    .await;
+    ensure!(published, "50 messages persisted and published");
+    let pod = format!("http://{}", c.pods[0].http);
+    let ask = |format: &str| {
+        Command::new(exe())
+            .args(["report", "--pod", &pod, "--token", TOKEN, "timings", "--from", &from, "--format", format])
+            .output()
+    };
+    let json = ask("json")?;
+    ensure!(json.status.success(), "report timings: {}", String::from_utf8_lossy(&json.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout)?;
+    let inbound = report["stages"].as_array().and_then(|s| s.iter().find(|s| s["stage"] == "persisted_to_published"));
+    ensure!(inbound.is_some_and(|s| s["count"] == 50 && s["p99_ms"].as_f64() > Some(0.0)), "{report}");
+    let csv = ask("csv")?;
+    ensure!(csv.status.success(), "report timings --format csv: {}", String::from_utf8_lossy(&csv.stderr));
+    let text = String::from_utf8(csv.stdout)?;
+    ensure!(
+        text.starts_with(cabine::timings::CSV_HEADER)
+            && text.lines().filter(|l| l.starts_with("inbound,cpm,")).count() == 50,
+        "{text}"
+    );
+    Ok(())
+}
+
 /// `tmux` on a socket of its own (a fresh server: this test's environment, nobody else's sessions).
 fn tmux(socket: &str, args: &[&str]) -> anyhow::Result<String> {
     let out =
@@ -135,7 +167,7 @@ fn tmux(socket: &str, args: &[&str]) -> anyhow::Result<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cabine_status_watch_redraws_the_slot_map_in_place_in_a_terminal() {
+async fn cabine_status_redraws_in_place_and_report_timings_reads_the_window() {
     let c = cluster_support::start("cstat", 2, &[]).await;
     run(c, async |c: &mut LocalCluster| {
         let held =
@@ -150,6 +182,7 @@ async fn cabine_status_watch_redraws_the_slot_map_in_place_in_a_terminal() {
             views["cluster"]["pods"].as_array().map(Vec::len) == Some(2) && views["actors"]["id"] == "root",
             "{views}"
         );
+        timing_report(c).await?;
         let socket = cabine::harness::unique_name("status");
         let watch = format!("{} status --pod http://{} --watch --interval 300ms", exe().display(), c.pods[0].http);
         tmux(&socket, &["new-session", "-d", "-s", "w", "-x", "180", "-y", "60", &watch])?;

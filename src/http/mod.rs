@@ -2,7 +2,7 @@
 //! tree (`/actors`), the cluster view (`/cluster`), the operator restart of
 //! one actor (`POST /actors/{id}/restart`, bearer `http.admin_token`) and the
 //! outbound operator endpoints (`/v1/outbound…`, `/v1/parked…`, `/v1/breakers/…/reset`,
-//! `/v1/reconciliations…`, `/v1/incidents/report`; reads
+//! `/v1/reconciliations…`, `/v1/incidents/report`, `/v1/reports/timings`; reads
 //! of payment data need `http.read_token` off loopback). With
 //! `http.operator_bind` the operator endpoints get a listener of their own
 //! ([`Routes`]).
@@ -19,6 +19,7 @@ mod outbound_send;
 mod outbound_view;
 mod reconcile;
 mod status_page;
+mod timings;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,6 +60,8 @@ pub struct Operator {
     pub reconciler: Option<Arc<crate::reconcile::PgReconciliation>>,
     /// Reads the incident report of a window.
     pub incidents: Arc<crate::incident::IncidentReports>,
+    /// Reads the stage timings of a window.
+    pub timings: Arc<crate::timings::TimingReports>,
 }
 
 /// Body limit of `POST /v1/outbound` on a pod without an outbound side (it answers 503 anyway).
@@ -118,6 +121,7 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/v1/reconciliations", get(reconcile::list).post(reconcile::run))
         .route("/v1/reconciliations/{id}", get(reconcile::detail))
         .route("/v1/incidents/report", get(incident::report))
+        .route("/v1/reports/timings", get(timings::report))
 }
 
 /// Binds the configured address (port 0 allowed) and serves every endpoint until `shutdown` resolves.

@@ -7,6 +7,7 @@ pub mod stop;
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use backon::{ExponentialBuilder, Retryable};
@@ -19,6 +20,9 @@ pub use stop::shutdown_signal;
 use crate::config::Settings;
 use crate::readiness::{DependencyProbe, Readiness};
 use crate::{bus, db, http, readiness, redis, telemetry};
+
+/// Bound on one statement of an operator's report (a window of up to 7 days).
+const REPORT_QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The connected (or connecting) dependencies of one pod.
 pub struct Dependencies {
@@ -122,6 +126,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             db: deps.postgres.clone(),
             ispb: settings.cluster.ispb.to_string(),
             timeout: settings.postgres.wait_timeout + settings.postgres.query_timeout,
+        }),
+        timings: Arc::new(crate::timings::TimingReports {
+            db: deps.postgres.clone(),
+            ispb: settings.cluster.ispb.to_string(),
+            // A report reads a whole window: the query timeout of the hot path is too short for it.
+            timeout: settings.postgres.wait_timeout + REPORT_QUERY_TIMEOUT,
         }),
     };
     let (stop_tx, stop_rx) = watch::channel(false);
