@@ -272,3 +272,35 @@ async fn a_verdict_waiting_on_the_record_of_its_send_is_applied_once_the_record_
     assert_eq!(rig.status(&a.msg_id).await, OutboundStatus::Confirmed);
     rig.drop_schema().await;
 }
+
+#[tokio::test]
+async fn a_201_recorded_while_a_verdict_holds_the_row_still_keeps_its_resource_id() {
+    let rig = Rig::new().await;
+    let a = msg(1, Priority::Normal, minutes(5));
+    rig.store.insert(&a).await.unwrap();
+    let (claim, _) = rig.take(10).await;
+    // The confirmer's transaction holds the row (sent before the verdict, then confirmed)...
+    let mut conn = rig.pool.get().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    tx.execute("SELECT 1 FROM outbound WHERE msg_id = $1 FOR UPDATE", &[&a.msg_id]).await.unwrap();
+    let store = rig.other_pod();
+    let id = a.msg_id.clone();
+    let record = tokio::spawn(async move {
+        store.record(&claim, &[(id, SendResult::Sent { resource_id: "R1".into() })]).await.unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tx.execute(
+        "UPDATE outbound SET status = 'confirmed', sent_at = now(), confirmed_at = now(), claim = NULL, claimed_at = NULL
+         WHERE msg_id = $1",
+        &[&a.msg_id],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    // ...so the record's transition finds it final: no second event, but the ResourceId is kept.
+    let recorded = record.await.unwrap();
+    assert!(recorded.events.is_empty(), "{recorded:?}");
+    let detail = rig.store.get(&a.msg_id).await.unwrap().expect("stored");
+    assert_eq!((detail.row.status, detail.row.resource_ids), (OutboundStatus::Confirmed, vec!["R1".to_owned()]));
+    rig.drop_schema().await;
+}

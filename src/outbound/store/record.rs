@@ -32,9 +32,7 @@ const PICK_CLAIMED: &str = "SELECT o.id, o.status AS from_status, r.note AS note
     WHERE o.ispb = $3 AND o.status = 'sending' AND o.claim = $4 FOR UPDATE OF o";
 
 /// 201s (`$1` MsgIds, `$2` ResourceIds, `$3` ISPB): `sent` from any row not sent
-/// yet, an in-doubt one included; rows a verdict finished before this 201 was
-/// recorded still get their ResourceIds (the `late` step: its rows are disjoint
-/// from the transition's in the statement's snapshot).
+/// yet, an in-doubt one included.
 static SENT_SQL: LazyLock<String> = LazyLock::new(|| {
     transition_sql(
         "SELECT o.id, o.status AS from_status, r.rid AS note
@@ -43,17 +41,15 @@ static SENT_SQL: LazyLock<String> = LazyLock::new(|| {
         "status = 'sent', attempts = attempts + 1, resource_ids = resource_ids || prev.note, sent_at = now(),
          claim = NULL, claimed_at = NULL, last_error = NULL",
     )
-    .replacen(
-        "WITH ",
-        "WITH late AS (
-            UPDATE outbound o SET resource_ids = o.resource_ids || r.rid
-            FROM unnest($1::text[], $2::text[]) AS r(msg_id, rid)
-            WHERE o.msg_id = r.msg_id AND o.ispb = $3 AND o.status IN ('sent', 'confirmed', 'rejected_by_spi')
-              AND NOT (o.resource_ids @> ARRAY[r.rid])
-        ), ",
-        1,
-    )
 });
+
+/// 201s of rows a verdict finished before they were recorded: they still get
+/// their ResourceIds. Its own statement, after [`SENT_SQL`], so that it sees a
+/// verdict that committed while that one waited for the row lock.
+const LATE_SQL: &str = "UPDATE outbound o SET resource_ids = o.resource_ids || r.rid
+    FROM unnest($1::text[], $2::text[]) AS r(msg_id, rid)
+    WHERE o.msg_id = r.msg_id AND o.ispb = $3 AND o.status IN ('sent', 'confirmed', 'rejected_by_spi')
+      AND NOT (o.resource_ids @> ARRAY[r.rid])";
 
 /// Outcomes of one batch, grouped by what they do to a row.
 #[derive(Default)]
@@ -110,8 +106,8 @@ impl PgOutboundStore {
     ) -> Result<Recorded, OutboundError> {
         let g = Grouped::of(outcomes, self.policy.retry_after_default);
         if g.only_sent() {
-            // The common batch, all 201: one statement, its own transaction.
-            let changes = self.changes(&SENT_SQL, &[&g.sent.0, &g.sent.1, &self.ispb]).await?;
+            // The common batch, all 201: one statement, its own transaction (two when a verdict came first).
+            let changes = self.bounded(|client| async move { self.record_sent(&*client, &g.sent).await }).await?;
             return Ok(recorded(outcomes, changes));
         }
         let changes = self
@@ -119,7 +115,7 @@ impl PgOutboundStore {
                 let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
                 let mut changes = Vec::new();
                 if !g.sent.0.is_empty() {
-                    changes.extend(run_changes(&tx, &SENT_SQL, &[&g.sent.0, &g.sent.1, &self.ispb]).await?);
+                    changes.extend(self.record_sent(&tx, &g.sent).await?);
                 }
                 if !g.rejected.0.is_empty() {
                     let sql = transition_sql(
@@ -141,6 +137,19 @@ impl PgOutboundStore {
             })
             .await?;
         Ok(recorded(outcomes, changes))
+    }
+
+    /// 201s: `sent`; the ResourceIds of rows a verdict finished first only when some row did not change.
+    async fn record_sent<C: GenericClient>(
+        &self,
+        client: &C,
+        sent: &(Vec<String>, Vec<String>),
+    ) -> Result<Vec<Change>, OutboundError> {
+        let changes = run_changes(client, &SENT_SQL, &[&sent.0, &sent.1, &self.ispb]).await?;
+        if changes.len() < sent.0.len() {
+            client.execute(LATE_SQL, &[&sent.0, &sent.1, &self.ispb]).await.map_err(|e| pg_error(&e))?;
+        }
+        Ok(changes)
     }
 
     /// 429s and rows put back unsent: no attempt; past the deadline `timeout`,
