@@ -54,8 +54,10 @@ pub struct FinishLine {
 struct Book {
     /// Outcomes not recorded (`Backoff`), a fatal store or breaker error: ends the next turn.
     failure: Option<TurnEnd>,
-    /// The breaker's state as the last count saw it.
+    /// The breaker's state as the last count (or a refused admission) saw it.
     breaker: Option<BreakerState>,
+    /// The last admission failed (breaker unavailable): not known to let traffic through.
+    admit_failed: bool,
     /// The last publish started (each waits for the one before: events stay in order).
     publishing: Option<JoinHandle<()>>,
 }
@@ -129,14 +131,20 @@ impl FinishLine {
     ) -> JoinHandle<()> {
         let line = self.clone();
         tokio::spawn(async move {
-            let events = line.run(finish).await;
+            // Its own task: a panic in it still lets this one wait for the earlier finishes, so
+            // this handle answers for all of them.
+            let runner = line.clone();
+            let ran = tokio::spawn(async move { runner.run(finish).await }).await;
             drop(permit);
             if let Some(previous) = previous
                 && let Err(e) = previous.await
             {
                 line.fail(TurnEnd::Fatal(format!("the finish stage failed: {e}")));
             }
-            line.publish(events);
+            match ran {
+                Ok(events) => line.publish(events),
+                Err(e) => line.fail(TurnEnd::Fatal(format!("the finish stage failed: {e}"))),
+            }
         })
     }
 
@@ -145,9 +153,25 @@ impl FinishLine {
         self.lock().failure.take()
     }
 
-    /// The breaker's state as the last finish counted it.
+    /// The breaker's state as the last finish counted it (or an admission was refused in).
     pub fn breaker(&self) -> Option<BreakerState> {
         self.lock().breaker
+    }
+
+    /// What the last admission said: refused in `state`, failed (`None`), or admitted (`Some(Closed)`
+    /// is not implied: a probe admission leaves the state to the count).
+    pub fn admission_seen(&self, refused_in: Option<BreakerState>, failed: bool) {
+        let mut book = self.lock();
+        book.admit_failed = failed;
+        if let Some(state) = refused_in {
+            book.breaker = Some(state);
+        }
+    }
+
+    /// The breaker was last seen letting traffic through (closed or degraded, or not seen yet).
+    pub fn flowing(&self) -> bool {
+        let book = self.lock();
+        !book.admit_failed && matches!(book.breaker, None | Some(BreakerState::Closed | BreakerState::Degraded))
     }
 
     /// Waits for `last` and the publishes started so far (a sender releasing its slot).

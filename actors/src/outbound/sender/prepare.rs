@@ -15,7 +15,7 @@ use super::finish::Finish;
 use super::verdict;
 use crate::metrics;
 use crate::outbound::sender::{TurnEnd, TurnInput};
-use crate::ports::breaker::{Admission, BreakerError, BreakerState, Call};
+use crate::ports::breaker::{Admission, BreakerError, Call};
 use crate::ports::outbound::{Batch, ClaimToken, OutboundError, ReadyMessage, SendResult};
 use crate::ports::outbound_bus::ResultEvent;
 use crate::ports::ratelimit::{BucketError, Draw};
@@ -83,7 +83,8 @@ pub async fn prepare(input: &TurnInput) -> Prep {
 
 /// Breaker admission and the take: side by side while the breaker was last
 /// seen letting traffic through (one round trip less per turn), else the
-/// admission first, so an open breaker does not churn rows out and back.
+/// admission first, so an open or unreachable breaker does not churn rows out
+/// and back.
 async fn admit_and_take(input: &TurnInput) -> Result<(Call, Result<Batch, OutboundError>), Prep> {
     let (ports, channel) = (&input.ports, input.channel);
     let admit = async {
@@ -98,20 +99,26 @@ async fn admit_and_take(input: &TurnInput) -> Result<(Call, Result<Batch, Outbou
         metrics::turn_step(channel, "take", step.elapsed());
         taken
     };
-    let flowing = matches!(input.line.breaker(), None | Some(BreakerState::Closed | BreakerState::Degraded));
-    if flowing {
+    if input.line.flowing() {
         let (admitted, taken) = tokio::join!(admit, take);
-        return match admission(admitted) {
+        return match admission(input, admitted) {
             Ok(call) => Ok((call, taken)),
             Err(end) => Err(Prep::Ended(end, untaken(taken))),
         };
     }
-    let call = admission(admit.await).map_err(|end| Prep::Ended(end, Finish::default()))?;
+    let call = admission(input, admit.await).map_err(|end| Prep::Ended(end, Finish::default()))?;
     Ok((call, take.await))
 }
 
-/// The call admitted, or how the turn ends.
-fn admission(admitted: Result<Admission, BreakerError>) -> Result<Call, TurnEnd> {
+/// The call admitted, or how the turn ends; what it said is noted on the line
+/// (a refusal or a failure stops the next takes from running beside the admission).
+fn admission(input: &TurnInput, admitted: Result<Admission, BreakerError>) -> Result<Call, TurnEnd> {
+    let (refused_in, failed) = match &admitted {
+        Ok(Admission::Admit(_)) => (None, false),
+        Ok(Admission::Refused { state, .. }) => (Some(*state), false),
+        Err(_) => (None, true),
+    };
+    input.line.admission_seen(refused_in, failed);
     match admitted {
         Ok(Admission::Admit(call)) => Ok(call),
         Ok(Admission::Refused { state, retry_after }) => Err(TurnEnd::BreakerRefused { state, retry_after }),

@@ -52,8 +52,15 @@ async fn rows_taken_beside_an_admission_that_fails_go_back_unsent_and_not_as_an_
             .any(|h| h.detail.as_deref().is_some_and(|d| d.contains("breaker did not admit")))
     })
     .await;
-    tokio::time::sleep(ms(500)).await;
+    tokio::time::sleep(ms(1500)).await;
     assert_eq!(world.icom_out.audit(CPM).posts, 1, "nothing posted without an admission");
+    let churned = world
+        .outbound
+        .history()
+        .iter()
+        .filter(|h| h.detail.as_deref().is_some_and(|d| d.contains("breaker did not admit")))
+        .count();
+    assert_eq!(churned, 5, "taken and given back once; later turns ask the breaker first");
     for id in &all {
         let row = world.outbound.row(id).unwrap();
         assert_eq!((row.status, row.attempts), (S::Queued, 0), "{id}: back unsent, not an attempt");
