@@ -6,28 +6,27 @@ use std::time::SystemTime;
 
 use tokio_postgres::Row;
 
-use super::{CsvPage, TimingReport};
+use super::TimingReport;
 
 pub const CSV_HEADER: &str =
     "direction,channel,id,end_to_end_id,persisted_at,published_at,accepted_at,sent_at,confirmed_at";
 
-/// The window's messages after `($4, $5)` (0 inbound, 1 outbound; row id), `$6` of them, in that order.
-pub(super) const PAGE_SQL: &str = "
-    SELECT * FROM (
-        SELECT 0::int2 AS dir, id, channel, COALESCE(msg_id, resource_id) AS ident, end_to_end_id,
-               received_at AS persisted_at, published_at, NULL::timestamptz AS accepted_at,
-               NULL::timestamptz AS sent_at, NULL::timestamptz AS confirmed_at
-          FROM inbox WHERE ispb = $1 AND received_at >= $2 AND received_at < $3 AND status = 'received'
-            AND (0::int2, id) > ($4::int2, $5::int8)
-        UNION ALL
-        SELECT 1::int2, id, channel, msg_id, array_to_string(end_to_end_ids, ' '),
-               NULL, NULL, created_at, sent_at, confirmed_at
-          FROM outbound WHERE ispb = $1 AND created_at >= $2 AND created_at < $3 AND msg_id IS NOT NULL
-            AND (1::int2, id) > ($4::int2, $5::int8)
-    ) m ORDER BY dir, id LIMIT $6";
+/// The window's inbox rows after row `$4`, `$5` of them, by id.
+pub(super) const INBOUND_PAGE_SQL: &str = "
+    SELECT 0::int2, id, channel, COALESCE(msg_id, resource_id), end_to_end_id,
+           received_at, published_at, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz
+      FROM inbox WHERE ispb = $1 AND received_at >= $2 AND received_at < $3 AND status = 'received' AND id > $4
+     ORDER BY id LIMIT $5";
 
-/// CSV lines of a page, and where the next page starts (`None`: this was the last).
-pub fn csv_lines(rows: &[Row]) -> Result<CsvPage, tokio_postgres::Error> {
+/// The window's outbound messages after row `$4`, `$5` of them, by id.
+pub(super) const OUTBOUND_PAGE_SQL: &str = "
+    SELECT 1::int2, id, channel, msg_id, array_to_string(end_to_end_ids, ' '),
+           NULL::timestamptz, NULL::timestamptz, created_at, sent_at, confirmed_at
+      FROM outbound WHERE ispb = $1 AND created_at >= $2 AND created_at < $3 AND msg_id IS NOT NULL AND id > $4
+     ORDER BY id LIMIT $5";
+
+/// CSV lines of `rows` (a page of one direction), and the key of the last one.
+pub fn csv_lines(rows: &[Row]) -> Result<(Vec<String>, Option<super::PageKey>), tokio_postgres::Error> {
     let mut lines = Vec::with_capacity(rows.len());
     let mut last = None;
     for r in rows {
@@ -45,8 +44,7 @@ pub fn csv_lines(rows: &[Row]) -> Result<CsvPage, tokio_postgres::Error> {
         lines.push(cells.join(","));
         last = Some((dir, id));
     }
-    let next = if rows.len() as i64 == super::PAGE_ROWS { last } else { None };
-    Ok((lines, next))
+    Ok((lines, last))
 }
 
 fn when(t: Option<SystemTime>) -> String {
@@ -54,9 +52,9 @@ fn when(t: Option<SystemTime>) -> String {
 }
 
 /// A CSV cell: quoted when it holds a comma, a quote or a line break; a leading
-/// `=`, `+`, `-` or `@` is defused for spreadsheets.
+/// `=`, `+`, `-`, `@`, tab or carriage return is defused for spreadsheets.
 fn cell(s: &str) -> String {
-    let s = if s.starts_with(['=', '+', '-', '@']) { format!("'{s}") } else { s.to_owned() };
+    let s = if s.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{s}") } else { s.to_owned() };
     if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s }
 }
 
@@ -97,5 +95,6 @@ mod tests {
         assert_eq!(cell("a,b"), "\"a,b\"");
         assert_eq!(cell("say \"x\""), "\"say \"\"x\"\"\"");
         assert_eq!(cell("=SUM(A1)"), "'=SUM(A1)");
+        assert_eq!(cell("\tx"), "'\tx");
     }
 }

@@ -16,7 +16,8 @@ use crate::db::Db;
 use crate::db::bounded;
 pub use format::{CSV_HEADER, csv_lines};
 
-/// Where a CSV page starts: after (direction: 0 inbound, 1 outbound; row id).
+/// Where a CSV page starts: after (direction: 0 inbound, 1 outbound; row id);
+/// `(-1, 0)` is the start.
 pub type PageKey = (i16, i64);
 
 /// A page of CSV lines and where the next one starts (`None`: this was the last).
@@ -148,17 +149,34 @@ impl TimingReports {
         Ok(TimingReport { ispb: self.ispb.clone(), from: stamp(from), to: stamp(to), stages, pending })
     }
 
-    /// Up to [`PAGE_ROWS`] messages of the window after `after` (direction, row id), as CSV lines.
+    /// Up to [`PAGE_ROWS`] messages of the window after `after`, as CSV lines:
+    /// the inbox rows by id, then the outbound rows by id; each direction read
+    /// through its primary key from where the last page stopped.
     pub async fn page(&self, from: SystemTime, to: SystemTime, after: PageKey) -> Result<CsvPage, TimingsError> {
-        let rows = self
-            .bounded(|client| async move {
-                client
-                    .query(format::PAGE_SQL, &[&self.ispb, &from, &to, &after.0, &after.1, &PAGE_ROWS])
-                    .await
-                    .map_err(|e| TimingsError(e.to_string()))
-            })
-            .await?;
-        csv_lines(&rows).map_err(|e| TimingsError(e.to_string()))
+        let mut lines = Vec::new();
+        let mut last = after;
+        for (dir, sql) in [(0, format::INBOUND_PAGE_SQL), (1, format::OUTBOUND_PAGE_SQL)] {
+            if last.0 > dir {
+                continue;
+            }
+            let start = if last.0 == dir { last.1 } else { 0 };
+            let limit = PAGE_ROWS - lines.len() as i64;
+            let rows = self
+                .bounded(|client| async move {
+                    client
+                        .query(sql, &[&self.ispb, &from, &to, &start, &limit])
+                        .await
+                        .map_err(|e| TimingsError(e.to_string()))
+                })
+                .await?;
+            let (page, key) = csv_lines(&rows).map_err(|e| TimingsError(e.to_string()))?;
+            lines.extend(page);
+            last = key.unwrap_or((dir, i64::MAX));
+            if lines.len() as i64 == PAGE_ROWS {
+                return Ok((lines, Some(last)));
+            }
+        }
+        Ok((lines, None))
     }
 
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, TimingsError>
