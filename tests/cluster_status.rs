@@ -88,6 +88,7 @@ async fn the_page_shows_the_slot_map_through_a_failover_a_redis_outage_and_a_qua
         }
         ensure!(dom.contains("data-actor=\"root\"") && dom.contains("data-alerts=\"none\""), "tree and no alert");
         ensure!(!dom.contains("data-banner"), "no banner in normal operation");
+        ensure!(dom.contains("data-lag=\"0\""), "nothing waiting for the bus");
 
         // Failover: the victim's slots go to the survivors.
         let victim = c.pods.iter().position(|p| holders.values().any(|h| *h == p.pod_id)).context("a holder")?;

@@ -2,7 +2,8 @@
 //! version, uptime, held slots, failover cooldowns), the holders of every pool
 //! with their TTL, the leader, a lease quarantine if one runs (and why), per
 //! slot the fence, cursor age and gate busy window from the inbox's cursor
-//! rows, and this pod's watchdog alerts. A source that cannot be read is named
+//! rows, the age of the oldest inbox row not yet on the bus (publication lag),
+//! and this pod's watchdog alerts. A source that cannot be read is named
 //! in `errors`; the rest is still shown.
 
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cabine_actors::Alert;
 use cabine_actors::domain::ChannelId;
-use cabine_actors::ports::{Holder, InboxStore, LeaseStore, PodBeat, PodRegistry, Pool, Quarantine};
+use cabine_actors::ports::{Holder, InboundPublisher, InboxStore, LeaseStore, PodBeat, PodRegistry, Pool, Quarantine};
 use serde::Serialize;
 
 use super::AppState;
@@ -25,6 +26,8 @@ pub struct ClusterSource {
     pub pods: Arc<dyn PodRegistry>,
     /// The cursor rows (fence, stream, gate) are the inbox's: read through it.
     pub inbox: Arc<dyn InboxStore>,
+    /// The oldest row not on the bus yet (publication lag).
+    pub publisher: Arc<dyn InboundPublisher>,
     pub ispb: String,
     pub channels: Vec<ChannelId>,
     /// Bound on each read.
@@ -41,6 +44,8 @@ pub struct ClusterView {
     /// Per channel and pool (`stream`, `send`): the held slots.
     pub holders: Vec<PoolHolders>,
     pub slots: Vec<SlotRow>,
+    /// Age of the oldest inbox row not yet published (0: none waiting); `None` when unreadable.
+    pub oldest_unpublished_ms: Option<u64>,
     /// The active alerts (zero_active, stale_slot, lag, cap, reconcile), most severe first, each with its `level`.
     pub alerts: Vec<LeveledAlert>,
     /// Sources that could not be read.
@@ -113,6 +118,11 @@ impl ClusterSource {
         match self.slots().await {
             Ok(slots) => view.slots = slots,
             Err(e) => view.errors.push(format!("slot_cursor: {e}")),
+        }
+        match self.bounded(self.publisher.oldest_unpublished()).await {
+            Some(Ok(age)) => view.oldest_unpublished_ms = Some(age.as_millis() as u64),
+            Some(Err(e)) => view.errors.push(format!("publication lag: {e}")),
+            None => view.errors.push(format!("publication lag: no answer within {:?}", self.timeout)),
         }
         view.errors = view.errors.iter().map(|e| crate::config::mask_credentials(e)).collect();
         view

@@ -187,6 +187,7 @@ impl Adapters {
             leases: self.leases.clone(),
             pods: self.pods.clone(),
             inbox: self.inbox.clone(),
+            publisher: self.publisher.clone(),
             ispb: settings.cluster.ispb.to_string(),
             channels: settings.enabled_channels().map(|(id, _)| id).collect(),
             timeout: settings.http.probe_timeout.max(settings.redis.command_timeout),

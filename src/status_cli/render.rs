@@ -38,6 +38,11 @@ impl Paint {
 }
 
 pub fn render(cluster: &Value, actors: &Value, pod: &str, at: &str, p: Paint) -> String {
+    // What the pod says (error texts from remote services among it) never reaches the terminal as control codes.
+    let (mut cluster, mut actors) = (cluster.clone(), actors.clone());
+    scrub(&mut cluster);
+    scrub(&mut actors);
+    let (cluster, actors) = (&cluster, &actors);
     let mut out = String::new();
     let ispb = cluster["ispb"].as_str().unwrap_or("?");
     let _ = writeln!(out, "{} · ISPB {ispb} · {pod} · {at}", p.bold("cabine"));
@@ -54,6 +59,18 @@ pub fn render(cluster: &Value, actors: &Value, pod: &str, at: &str, p: Paint) ->
     alerts(&mut out, cluster, p);
     unwell(&mut out, actors, p);
     out
+}
+
+/// Control characters in every string of `v` become spaces.
+fn scrub(v: &mut Value) {
+    match v {
+        Value::String(s) if s.chars().any(char::is_control) => {
+            *s = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        }
+        Value::Array(items) => items.iter_mut().for_each(scrub),
+        Value::Object(fields) => fields.values_mut().for_each(scrub),
+        _ => {}
+    }
 }
 
 fn ms(n: Option<u64>) -> String {
@@ -142,8 +159,14 @@ fn pods(out: &mut String, cluster: &Value) {
 }
 
 fn alerts(out: &mut String, cluster: &Value, p: Paint) {
+    let lag = match cluster["oldest_unpublished_ms"].as_u64() {
+        None => "unknown".to_owned(),
+        Some(0) => "none waiting".to_owned(),
+        Some(n) => format!("oldest inbound not on the bus {}", ms(Some(n))),
+    };
+    let _ = writeln!(out, "\nPUBLICATION LAG: {lag}");
     let list = cluster["alerts"].as_array().cloned().unwrap_or_default();
-    let _ = writeln!(out, "\nALERTS{}", if list.is_empty() { ": none" } else { "" });
+    let _ = writeln!(out, "ALERTS{}", if list.is_empty() { ": none" } else { "" });
     for a in &list {
         let level = a["level"].as_str().unwrap_or("?");
         let shown = if matches!(level, "EMERGENCY" | "CRITICAL") { p.red(level) } else { p.yellow(level) };
@@ -206,6 +229,7 @@ mod tests {
             "holders": [{"channel": "cpm", "pool": "stream", "holders": [{"pool": "cpm:stream", "slot": 1, "grant": "g", "pod": "p1", "ttl_ms": 2500}]},
                         {"channel": "cpm", "pool": "send", "holders": []}],
             "slots": [{"channel": "cpm", "slot": 1, "fence": 4, "holder": "p1", "stream_open": true, "cursor_age_ms": 30, "busy_ms": 900}],
+            "oldest_unpublished_ms": 1500,
             "alerts": [{"level": "CRITICAL", "kind": "stale_slot", "channel": "cpm", "slot": 2, "since_ms": 1, "detail": "unheld 40 s"}],
             "errors": []
         })
@@ -222,6 +246,7 @@ mod tests {
         assert!(text.contains("cpm  send   2  free"), "{text}");
         assert!(text.contains("p1  pid 7  v0.1.0  up 65.0s leader  holds cpm:stream/1"), "{text}");
         assert!(text.contains("CRITICAL stale_slot cpm slot 2 — unheld 40 s"), "{text}");
+        assert!(text.contains("PUBLICATION LAG: oldest inbound not on the bus 1.5s"), "{text}");
         assert!(text.contains("ACTORS (this pod): running 1 · standby 1"), "{text}");
         assert!(text.contains("slot/cpm/2 standby restarts 3: lease store unavailable"), "{text}");
         assert!(!text.contains('\x1b'), "no colour when plain");
@@ -231,11 +256,11 @@ mod tests {
     fn quarantine_and_unreadable_sources_lead_the_frame_in_colour_on_a_terminal() {
         let mut c = cluster();
         c["quarantine"] = json!({"remaining_ms": 2500, "reason": "amnesia"});
-        c["errors"] = json!(["pods: redis unavailable"]);
+        c["errors"] = json!(["pods: redis unavailable\u{1b}[2J"]);
         let text = render(&c, &json!({"id": "root", "state": "running"}), "http://pod", "now", Paint::Ansi);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[1], "\x1b[33;1mQUARANTINE: no slot granted for 2.5s — amnesia\x1b[0m");
-        assert_eq!(lines[2], "\x1b[31;1mDEGRADED: pods: redis unavailable\x1b[0m");
+        assert_eq!(lines[2], "\x1b[31;1mDEGRADED: pods: redis unavailable [2J\x1b[0m", "the pod's text is scrubbed");
         assert!(text.contains("cpm  stream 2  \x1b[33;1mquarantined\x1b[0m"), "{text}");
     }
 }

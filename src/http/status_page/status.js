@@ -27,7 +27,14 @@ function table(head, rows) {
     el("tbody", {}, rows));
 }
 
-function token() { return sessionStorage.getItem("cabine-token") || ""; }
+function token() {
+  try { return sessionStorage.getItem("cabine-token") || ""; } catch (e) { return memoryToken; }
+}
+function keepToken(value) {
+  memoryToken = value;
+  try { sessionStorage.setItem("cabine-token", value); } catch (e) { /* storage blocked: this page only */ }
+}
+let memoryToken = "";
 function authHeaders() { return token() ? { Authorization: "Bearer " + token() } : {}; }
 
 function ms(n) {
@@ -84,7 +91,7 @@ function drawSlots(cluster) {
   }
   for (const s of cluster.slots || []) channels.set(s.channel + ":stream", Math.max(size(s.channel, "stream"), s.slot));
   for (const h of cluster.holders || []) {
-    const top = Math.max(0, ...h.holders.map((x) => x.slot));
+    const top = Math.max(0, ...(h.holders || []).map((x) => x.slot));
     channels.set(h.channel + ":" + h.pool, Math.max(size(h.channel, h.pool), top, h.pool === "send" ? 2 : 0));
   }
   const cooling = new Set((cluster.pods || []).flatMap((p) => p.cooldown || []));
@@ -93,13 +100,20 @@ function drawSlots(cluster) {
     const held = (cluster.holders || []).find((h) => h.channel === channel && h.pool === pool);
     const cells = [];
     for (let n = 1; n <= channels.get(key); n++) {
-      const holder = held && held.holders.find((x) => x.slot === n);
+      const holder = held && (held.holders || []).find((x) => x.slot === n);
       const row = (cluster.slots || []).find((s) => s.channel === channel && s.slot === n && pool === "stream");
       cells.push(slotCell(channel, pool, n, holder, row, cooling.has(channel + ":" + pool + "/" + n), !!cluster.quarantine && !holder));
     }
     box.append(el("h3", {}, channel + " · " + pool + " slots"), el("div", { class: "grid" }, cells));
   }
   if (!channels.size) box.append(el("p", { class: "muted" }, "no slot known yet"));
+}
+
+function drawLag(cluster) {
+  const lag = cluster.oldest_unpublished_ms;
+  $("lag").replaceChildren(el("span", { "data-lag": lag === null || lag === undefined ? "unknown" : String(lag) },
+    lag === null || lag === undefined ? "publication lag unknown"
+      : lag === 0 ? "every inbound message is on the bus" : "oldest inbound message not on the bus yet: " + ms(lag)));
 }
 
 function drawAlerts(cluster) {
@@ -146,9 +160,13 @@ function drawChannels(tree) {
 
 async function restart(id) {
   if (!token()) { alert("enter the admin token first"); return; }
-  const r = await fetch("/actors/" + id + "/restart", { method: "POST", headers: authHeaders() });
-  const body = await r.text();
-  alert(r.ok ? "restarted " + id : "restart of " + id + " refused: HTTP " + r.status + " " + body);
+  try {
+    const r = await fetch("/actors/" + id + "/restart", { method: "POST", headers: authHeaders() });
+    const body = await r.text();
+    alert(r.ok ? "restarted " + id : "restart of " + id + " refused: HTTP " + r.status + " " + body);
+  } catch (e) {
+    alert("restart of " + id + " not sent: " + e.message);
+  }
 }
 
 function treeNode(n) {
@@ -186,12 +204,19 @@ async function refresh() {
     getJson("/cluster").catch((e) => { failures.push("cannot read /cluster from this pod: " + e.message); return null; }),
     getJson("/actors").catch((e) => { failures.push("cannot read /actors from this pod: " + e.message); return null; }),
   ]);
+  // One panel that cannot be drawn (an answer of an unexpected shape) leaves the others drawn, and says so.
+  const draw = (what, f, data) => {
+    if (!data) return;
+    try { f(data); } catch (e) { failures.push("cannot draw " + what + ": " + e.message); }
+  };
+  if (cluster) $("ispb").textContent = "· ISPB " + cluster.ispb;
+  draw("the slot map", drawSlots, cluster);
+  draw("the publication lag", drawLag, cluster);
+  draw("the alerts", drawAlerts, cluster);
+  draw("the pods", drawPods, cluster);
+  draw("the channels", drawChannels, tree);
+  draw("the supervision tree", drawTree, tree);
   drawBanners(cluster, failures);
-  if (cluster) {
-    $("ispb").textContent = "· ISPB " + cluster.ispb;
-    drawSlots(cluster); drawAlerts(cluster); drawPods(cluster);
-  }
-  if (tree) { drawChannels(tree); drawTree(tree); }
   $("refreshed").textContent = "refreshed " + new Date().toLocaleTimeString();
   document.body.dataset.refreshed = String(Date.now());
 }
@@ -199,7 +224,7 @@ async function refresh() {
 function start() {
   const input = $("token");
   input.value = token();
-  input.addEventListener("change", () => { sessionStorage.setItem("cabine-token", input.value); drawIncidents(); });
+  input.addEventListener("change", () => { keepToken(input.value); drawIncidents(); });
   refresh();
   drawIncidents();
   setInterval(refresh, REFRESH_MS);
