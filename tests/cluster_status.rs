@@ -1,5 +1,7 @@
 //! What an operator looks at: `cabine status --watch` under `tmux`,
-//! `cabine report timings` (JSON and CSV) after 50 inbound messages, and the
+//! `cabine report timings` (JSON and CSV) after 50 inbound messages, the
+//! Grafana dashboard and the alert rules naming only series a live pod
+//! exports (after inbound and outbound traffic), and the
 //! live status page (`GET /`) in a real browser: Debian's `chromium`,
 //! headless, against a local cluster (child simulator, 3 pods, a private Redis
 //! so the test may stop it). The assertions read the DOM the page's script
@@ -159,6 +161,46 @@ async fn timing_report(c: &LocalCluster) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Metric names in `text` (PromQL or a dashboard): every `cabine_…` word.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    text.split(|ch: char| !(ch.is_ascii_lowercase() || ch == '_'))
+        .filter(|w| w.starts_with("cabine_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// 20 outbound messages confirmed, then every series the dashboard and the alert rules name is on some pod's `/metrics`.
+async fn dashboards_name_live_series(c: &LocalCluster) -> anyhow::Result<()> {
+    use cabine::harness::outbound::{OutboundFeed, Request, pacs008_bodies};
+    let ids = OutboundFeed::of(c)
+        .publish_all(&pacs008_bodies(&c.settings.cluster.ispb, 20), Request::default())
+        .await
+        .map_err(anyhow::Error::msg)?;
+    ensure!(ids.len() == 20);
+    let confirmed = eventually(Duration::from_secs(20), || async {
+        c.query("SELECT count(*) FROM outbound WHERE status = 'confirmed'")
+            .await
+            .is_ok_and(|r| r[0].get::<_, i64>(0) == 20)
+    })
+    .await;
+    ensure!(confirmed, "20 outbound messages confirmed");
+    let mut live = std::collections::BTreeSet::new();
+    for pod in &c.pods {
+        let text =
+            cabine::harness::http_client().get(format!("http://{}/metrics", pod.http)).send().await?.text().await?;
+        live.extend(
+            text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).map(str::to_owned),
+        );
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    for file in ["ops/grafana/cabine.json", "ops/prometheus/rules.yml"] {
+        let named = metric_names(&std::fs::read_to_string(root.join(file))?);
+        let missing: Vec<&String> = named.iter().filter(|m| !live.contains(*m)).collect();
+        ensure!(missing.is_empty(), "{file} names series no live pod exports: {missing:?}");
+    }
+    Ok(())
+}
+
 /// `tmux` on a socket of its own (a fresh server: this test's environment, nobody else's sessions).
 fn tmux(socket: &str, args: &[&str]) -> anyhow::Result<String> {
     let out =
@@ -168,7 +210,7 @@ fn tmux(socket: &str, args: &[&str]) -> anyhow::Result<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cabine_status_redraws_in_place_and_report_timings_reads_the_window() {
+async fn status_watch_timing_report_and_dashboards_against_a_running_cluster() {
     let c = cluster_support::start("cstat", 2, &[]).await;
     run(c, async |c: &mut LocalCluster| {
         let held =
@@ -184,6 +226,7 @@ async fn cabine_status_redraws_in_place_and_report_timings_reads_the_window() {
             "{views}"
         );
         timing_report(c).await?;
+        dashboards_name_live_series(c).await?;
         let socket = cabine::harness::unique_name("status");
         let watch = format!("{} status --pod http://{} --watch --interval 300ms", exe().display(), c.pods[0].http);
         tmux(&socket, &["new-session", "-d", "-s", "w", "-x", "180", "-y", "60", &watch])?;

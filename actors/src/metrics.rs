@@ -250,6 +250,12 @@ pub fn describe() {
     for kind in ["slot", "channel", "leader", "lease-heartbeat", "sweeper", "watchdog", "reconciler"] {
         metrics::counter!("cabine_actor_restarts_total", "kind" => kind).increment(0);
     }
+    // At zero from the start: a dashboard or an alert over them shows 0, not "no data".
+    for cause in ["expired", "stolen", "missing", "amnesia", "unreachable", "send"] {
+        metrics::counter!("cabine_leases_lost_total", "cause" => cause).increment(0);
+    }
+    // Until this pod reconciles a window (only the leader does): no critical finding of its own.
+    metrics::gauge!("cabine_reconcile_last_critical").set(0.0);
 }
 
 fn describe_reconcile() {
