@@ -4,7 +4,7 @@
 //! delayed, default 5 s), as JSON, or Markdown with `format=markdown`;
 //! `to` defaults to now.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -28,6 +28,25 @@ pub struct ReportQuery {
     format: Option<String>,
 }
 
+/// What a report's handler starts from, once the reader's token passed: the
+/// running tree's handles and a window of at most 7 days (RFC 3339; `to`
+/// defaults to now).
+pub(super) fn report_window<'a>(
+    state: &'a AppState,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<(&'a super::Operator, SystemTime, SystemTime), Refusal> {
+    let operator = state
+        .operator
+        .as_ref()
+        .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree"))?;
+    let (from, to) = super::reconcile::rfc3339_window(from, to, |_| None)?;
+    if to.duration_since(from).unwrap_or_default() > MAX_WINDOW {
+        return Err(Refusal::new(StatusCode::BAD_REQUEST, "a report covers at most 7 days"));
+    }
+    Ok((operator, from, to))
+}
+
 pub async fn report(
     State(state): State<AppState>,
     query: Result<Query<ReportQuery>, QueryRejection>,
@@ -36,15 +55,8 @@ pub async fn report(
     state.access.read(&headers)?;
     let bad = |why: String| Refusal::new(StatusCode::BAD_REQUEST, why);
     let Query(q) = query.map_err(|e| bad(e.body_text()))?;
-    let reports = state
-        .operator
-        .as_ref()
-        .map(|o| o.incidents.clone())
-        .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree"))?;
-    let (from, to) = super::reconcile::rfc3339_window(q.from.as_deref(), q.to.as_deref(), |_| None)?;
-    if to.duration_since(from).unwrap_or_default() > MAX_WINDOW {
-        return Err(bad("a report covers at most 7 days".into()));
-    }
+    let (operator, from, to) = report_window(&state, q.from.as_deref(), q.to.as_deref())?;
+    let reports = operator.incidents.clone();
     let lag = match q.lag.as_deref() {
         None => DEFAULT_LAG,
         Some(l) => humantime::parse_duration(l).map_err(|e| bad(format!("lag {l:?}: {e}")))?,

@@ -4,7 +4,7 @@
 //! page by page (one bounded statement per page; a failed page ends the body
 //! with an `# error:` line). `to` defaults to now; a window covers ≤ 7 days.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use axum::Json;
 use axum::body::Body;
@@ -18,8 +18,6 @@ use serde::Deserialize;
 use super::AppState;
 use super::auth::Refusal;
 use crate::timings::{CSV_HEADER, CsvPage, TimingReports};
-
-const MAX_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[derive(Debug, Deserialize)]
 pub struct TimingsQuery {
@@ -36,15 +34,8 @@ pub async fn report(
     state.access.read(&headers)?;
     let bad = |why: String| Refusal::new(StatusCode::BAD_REQUEST, why);
     let Query(q) = query.map_err(|e| bad(e.body_text()))?;
-    let timings = state
-        .operator
-        .as_ref()
-        .map(|o| o.timings.clone())
-        .ok_or_else(|| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, "the pod is not running its tree"))?;
-    let (from, to) = super::reconcile::rfc3339_window(q.from.as_deref(), q.to.as_deref(), |_| None)?;
-    if to.duration_since(from).unwrap_or_default() > MAX_WINDOW {
-        return Err(bad("a report covers at most 7 days".into()));
-    }
+    let (operator, from, to) = super::incident::report_window(&state, q.from.as_deref(), q.to.as_deref())?;
+    let timings = operator.timings.clone();
     let unavailable = |e: crate::timings::TimingsError| Refusal::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
     match q.format.as_deref() {
         None | Some("json") => Ok(Json(timings.report(from, to).await.map_err(unavailable)?).into_response()),
