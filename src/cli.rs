@@ -58,6 +58,11 @@ pub enum BenchCommand {
     Inbound(InboundBenchArgs),
     /// Outbound end to end: simulator + P child pods; M pacs.008 published as fast as possible, then M at R/s.
     Outbound(OutboundBenchArgs),
+    /// The Markdown report (with SVG plots) of the runs in DIR (`benches.jsonl`, `*-series.json`): `ops/bench` writes them.
+    Report {
+        #[arg(long)]
+        dir: std::path::PathBuf,
+    },
     /// One worker process of `bench lease` (started by it).
     #[command(hide = true)]
     LeaseWorker(LeaseWorkerArgs),
@@ -144,6 +149,9 @@ pub struct InboundBenchArgs {
     /// Injection rate of the fixed-rate run, messages per second.
     #[arg(long, default_value_t = 1_000.0)]
     pub rate: f64,
+    /// Also write the run's time series (messages per second over time, latency CDF) to this file.
+    #[arg(long)]
+    pub series: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -157,6 +165,9 @@ pub struct OutboundBenchArgs {
     /// Publication rate of the fixed-rate run, messages per second.
     #[arg(long, default_value_t = 500.0)]
     pub rate: f64,
+    /// Also write the run's time series (messages per second over time, latency CDF) to this file.
+    #[arg(long)]
+    pub series: Option<std::path::PathBuf>,
 }
 
 /// What one worker process of `bench lease` runs (the parent passes all of it).

@@ -1,6 +1,7 @@
 //! `report timings` against real Postgres (a schema of its own): the figures
 //! per channel and stage from known timestamps, what is still pending, and
-//! the per-message CSV read back page by page across a page boundary.
+//! the per-message CSV read back page by page across a page boundary; and the
+//! bench series (messages per second over time, latency CDF) from the same rows.
 
 use std::time::{Duration, SystemTime};
 
@@ -117,4 +118,20 @@ async fn every_message_comes_once_in_the_csv_across_pages() {
     assert_eq!(cells.len(), 9, "{first}");
     assert_eq!(cells[3], "E2E1 F1");
     assert!(cells[4].is_empty() && cells[5].is_empty() && !cells[6].is_empty() && !cells[8].is_empty(), "{first}");
+}
+
+#[tokio::test]
+async fn the_bench_series_count_every_message_and_draw_a_cdf() {
+    let db = TestDb::new("series", &[]).await;
+    let base = SystemTime::now() - Duration::from_secs(600);
+    inbound(&db, 1000, base).await;
+    let s = cabine::bench::series::inbound(&db.pool).await.unwrap();
+    assert_eq!(s.rates.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["persisted", "published"]);
+    // 1001 rows persisted over 1 s, 1000 published over 2 s; 250 ms buckets.
+    let count = |i: usize| s.rates[i].1.iter().map(|r| r * 0.25).sum::<f64>().round() as i64;
+    assert_eq!((count(0), count(1)), (1001, 1000));
+    assert_eq!(s.t_s.len(), 9, "{:?}", s.t_s);
+    assert_eq!(s.cdf_of, "persisted_to_published");
+    let median = s.cdf_quantiles.iter().position(|q| *q == 0.5).map(|i| s.cdf_ms[i]);
+    assert_eq!(median, Some(500.5));
 }

@@ -100,6 +100,12 @@ pub async fn run(args: &InboundBenchArgs, exe: &Path) -> anyhow::Result<InboundR
         Ok(report) => with_floor(&c, report).await,
         Err(e) => Err(e),
     };
+    let outcome = match (outcome, &args.series) {
+        (Ok(report), Some(path)) => {
+            super::series::inbound(&c.postgres).await.and_then(|s| super::series::write(path, &s)).map(|()| report)
+        }
+        (outcome, _) => outcome,
+    };
     c.cleanup().await;
     outcome
 }

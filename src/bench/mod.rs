@@ -2,7 +2,9 @@
 //! `bench lease` measures the cluster-wide connection budget (leased slots);
 //! `bench sim` the ICOM simulator's throughput through the real client;
 //! `bench inbound` the whole inbound pipeline of a local cluster;
-//! `bench outbound` the whole outbound pipeline of a local cluster.
+//! `bench outbound` the whole outbound pipeline of a local cluster (both
+//! write their time series with `--series FILE`); `bench report` draws a set
+//! of runs into a Markdown report with SVG plots.
 
 pub mod fates;
 pub mod floor;
@@ -12,6 +14,8 @@ pub mod latency;
 pub mod lease;
 pub mod lease_worker;
 pub mod outbound;
+pub mod report;
+pub mod series;
 pub mod sim;
 pub mod stages;
 
@@ -40,6 +44,7 @@ pub async fn run(command: BenchCommand, settings: Settings) -> anyhow::Result<Ex
             let report = outbound::run(&args, &exe).await?;
             println!("{}", serde_json::to_string(&report)?);
         }
+        BenchCommand::Report { dir } => println!("{}", report::render(&dir)?.display()),
         BenchCommand::LeaseWorker(args) => lease_worker::run(args, &settings).await?,
         BenchCommand::Sim(args) => {
             let report = sim::run(&args, &settings).await?;

@@ -79,7 +79,12 @@ pub async fn run(args: &OutboundBenchArgs, exe: &Path) -> anyhow::Result<Outboun
     let sim_args = ["--hold", "1s", "--seed", "1"].map(str::to_owned).to_vec();
     let spec = ClusterSpec { tag: "bench_outbound".into(), pods: args.pods.max(1), env: bench_env(), sim_args };
     let c = LocalCluster::start(exe, spec).await.context("starting the local cluster")?;
-    let outcome = measure(&c, args).await;
+    let outcome = match (measure(&c, args).await, &args.series) {
+        (Ok(report), Some(path)) => {
+            super::series::outbound(&c.postgres).await.and_then(|s| super::series::write(path, &s)).map(|()| report)
+        }
+        (outcome, _) => outcome,
+    };
     c.cleanup().await;
     outcome
 }

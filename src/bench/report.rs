@@ -1,0 +1,202 @@
+//! `cabine bench report --dir DIR`: the Markdown report of a set of bench runs
+//! (`DIR/benches.jsonl`, one JSON line per bench or chaos scenario, as they
+//! printed it) with SVG plots of their series (`DIR/*-series.json`): messages
+//! per second over time and the latency CDF. Every figure stands beside the
+//! bound measured in the same run (inbound: the commit floor and the serial
+//! bound; outbound: the bucket bound; leases: the Redis round trip), so the
+//! ratio holds on any machine.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use plotters::prelude::*;
+use serde_json::Value;
+
+use super::series::Series;
+
+/// Writes `DIR/report.md` and the plots beside it; answers the report's path.
+pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
+    let lines = std::fs::read_to_string(dir.join("benches.jsonl")).context("reading benches.jsonl")?;
+    let runs: Vec<Value> =
+        lines.lines().filter(|l| l.starts_with('{')).map(serde_json::from_str).collect::<Result<_, _>>()?;
+    let mut md = String::from(
+        "# cabine benchmark report\n\nEvery figure beside the bound measured in the same run on the same machine.\n",
+    );
+    for run in &runs {
+        md.push_str(&figures(run));
+    }
+    let mut series: Vec<(PathBuf, Series)> = Vec::new();
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let path = entry.path();
+        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-series.json")) {
+            let s: Series =
+                serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}", path.display()))?;
+            series.push((path, s));
+        }
+    }
+    series.sort_by(|a, b| a.0.cmp(&b.0));
+    for (_, s) in &series {
+        let (rates, cdf) = (format!("{}-throughput.svg", s.bench), format!("{}-latency-cdf.svg", s.bench));
+        plot_rates(&dir.join(&rates), s)?;
+        plot_cdf(&dir.join(&cdf), s)?;
+        let _ = write!(
+            md,
+            "\n## {} over time\n\n![{} messages per second]({rates})\n\n![{} CDF]({cdf})\n",
+            s.bench, s.bench, s.cdf_of
+        );
+    }
+    let out = dir.join("report.md");
+    std::fs::write(&out, md)?;
+    Ok(out)
+}
+
+/// One run's figures beside its bounds, as a Markdown section.
+fn figures(run: &Value) -> String {
+    let f = |k: &str| run[k].as_f64().map_or("–".into(), |v| format!("{v}"));
+    if run.get("commit_floor_msgs_per_s").is_some() {
+        format!(
+            "\n## bench inbound\n\n| figure | value | bound (same run) | ratio |\n|---|---:|---:|---:|\n\
+             | msgs_per_s | {} | serial bound {} · commit floor {} · protocol {} | {} |\n\
+             | overhead p50 / p99 ms | {} / {} | GET mean {} ms | |\n| lost, rejected_429 | {}, {} | 0, 0 | |\n",
+            f("msgs_per_s"),
+            f("serial_bound_msgs_per_s"),
+            f("commit_floor_msgs_per_s"),
+            f("protocol_bound_msgs_per_s"),
+            f("bound_ratio"),
+            f("overhead_p50_ms"),
+            f("overhead_p99_ms"),
+            f("get_mean_ms"),
+            f("lost"),
+            f("rejected_429")
+        )
+    } else if run.get("bucket_bound_msgs_per_s").is_some() {
+        format!(
+            "\n## bench outbound\n\n| figure | value | bound (same run) | ratio |\n|---|---:|---:|---:|\n\
+             | msgs_per_s | {} | bucket {} · protocol {} | {} |\n\
+             | sent p50 / p99 ms at {}/s | {} / {} | | |\n| sim_429, duplicates, lost | {}, {}, {} | 0, 0, 0 | |\n",
+            f("msgs_per_s"),
+            f("bucket_bound_msgs_per_s"),
+            f("protocol_bound_msgs_per_s"),
+            f("bound_ratio"),
+            f("rate"),
+            f("lat_sent_p50_ms"),
+            f("lat_sent_p99_ms"),
+            f("sim_429"),
+            f("duplicates_at_sim"),
+            f("lost")
+        )
+    } else if run.get("ping_p50_us").is_some() {
+        format!(
+            "\n## bench lease\n\n| figure | value | bound (same run) | ratio |\n|---|---:|---:|---:|\n\
+             | acquire p50 µs | {} | Redis round trip {} µs | {} |\n| max concurrent / cap | {} / {} | | |\n",
+            f("acquire_p50_us"),
+            f("ping_p50_us"),
+            f("ratio"),
+            f("max_concurrent_observed"),
+            f("cap")
+        )
+    } else if let Some(scenario) = run["scenario"].as_str() {
+        format!(
+            "\n## chaos {scenario}\n\nverdict {}, faults {}, lost {}, duplicate rows {}, over cap {}, outbound lost {}\n",
+            if run["ok"] == true { "ok" } else { "FAILED" },
+            f("faults"),
+            f("lost"),
+            f("duplicate_rows"),
+            f("over_cap"),
+            f("outbound_lost")
+        )
+    } else {
+        format!("\n## other\n\n`{run}`\n")
+    }
+}
+
+const COLOURS: [RGBColor; 4] =
+    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+
+fn plot_rates(path: &Path, s: &Series) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let x_max = s.t_s.last().copied().unwrap_or(1.0).max(1.0);
+    let y_max = s.rates.iter().flat_map(|(_, v)| v.iter().copied()).fold(1.0, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{}: messages per second", s.bench), ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc("seconds since the first message").y_desc("msg/s").draw().map_err(plot_error)?;
+    for (i, (name, values)) in s.rates.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(s.t_s.iter().copied().zip(values.iter().copied()), colour.stroke_width(2)))
+            .map_err(plot_error)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
+    }
+    chart.configure_series_labels().background_style(WHITE).border_style(BLACK).draw().map_err(plot_error)?;
+    root.present().map_err(plot_error)
+}
+
+fn plot_cdf(path: &Path, s: &Series) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let x_max = s.cdf_ms.iter().copied().fold(1.0, f64::max) * 1.05;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{}: {} (CDF)", s.bench, s.cdf_of), ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..1.0)
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc("ms").y_desc("fraction of messages").draw().map_err(plot_error)?;
+    let points = s.cdf_ms.iter().copied().zip(s.cdf_quantiles.iter().copied());
+    chart.draw_series(LineSeries::new(points, COLOURS[0].stroke_width(2))).map_err(plot_error)?;
+    root.present().map_err(plot_error)
+}
+
+fn plot_error<E: std::fmt::Display>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("drawing a plot: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_puts_each_figure_beside_its_bound_and_draws_the_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = [
+            r#"{"msgs_per_s":3894.1,"commit_floor_msgs_per_s":8151.6,"serial_bound_msgs_per_s":4950.2,"protocol_bound_msgs_per_s":10947.4,"bound_ratio":0.787,"overhead_p50_ms":1.5,"overhead_p99_ms":7.5,"get_mean_ms":3.65,"lost":0,"rejected_429":0}"#,
+            r#"{"msgs_per_s":1136.3,"bucket_bound_msgs_per_s":1200.0,"protocol_bound_msgs_per_s":3951.8,"bound_ratio":0.947,"rate":750.0,"lat_sent_p50_ms":30.5,"lat_sent_p99_ms":69.8,"sim_429":0,"duplicates_at_sim":0,"lost":0}"#,
+            r#"{"scenario":"kill","ok":true,"faults":4,"lost":0,"duplicate_rows":0,"over_cap":0,"outbound_lost":0}"#,
+        ];
+        std::fs::write(dir.path().join("benches.jsonl"), lines.join("\n")).unwrap();
+        let series = Series {
+            bench: "inbound".into(),
+            t_s: vec![0.0, 0.25, 0.5],
+            rates: vec![
+                ("persisted".into(), vec![4000.0, 3900.0, 100.0]),
+                ("published".into(), vec![3800.0, 4000.0, 200.0]),
+            ],
+            cdf_of: "persisted_to_published".into(),
+            cdf_quantiles: vec![0.5, 0.99],
+            cdf_ms: vec![2.0, 9.0],
+        };
+        super::super::series::write(&dir.path().join("inbound-series.json"), &series).unwrap();
+        let md = std::fs::read_to_string(render(dir.path()).unwrap()).unwrap();
+        assert!(
+            md.contains(
+                "| msgs_per_s | 3894.1 | serial bound 4950.2 · commit floor 8151.6 · protocol 10947.4 | 0.787 |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| msgs_per_s | 1136.3 | bucket 1200 · protocol 3951.8 | 0.947 |"), "{md}");
+        assert!(md.contains("## chaos kill\n\nverdict ok"), "{md}");
+        assert!(md.contains("![inbound messages per second](inbound-throughput.svg)"), "{md}");
+        let svg = std::fs::read_to_string(dir.path().join("inbound-throughput.svg")).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains("persisted"), "{svg}");
+        assert!(std::fs::read_to_string(dir.path().join("inbound-latency-cdf.svg")).unwrap().contains("<polyline"));
+    }
+}
