@@ -96,6 +96,15 @@ fn figures(run: &Value) -> String {
             f("max_concurrent_observed"),
             f("cap")
         )
+    } else if run.get("read_6_streams_msgs_per_s").is_some() {
+        format!(
+            "\n## bench sim\n\nThe simulator through the real ICOM client (the ceiling of the pipeline benches on this machine).\n\n\
+             | figure | 1 | 6 |\n|---|---:|---:|\n| read msg/s (streams) | {} | {} |\n| send msg/s (clients) | {} | {} |\n",
+            f("read_1_stream_msgs_per_s"),
+            f("read_6_streams_msgs_per_s"),
+            f("send_1_client_msgs_per_s"),
+            f("send_6_clients_msgs_per_s")
+        )
     } else if let Some(scenario) = run["scenario"].as_str() {
         format!(
             "\n## chaos {scenario}\n\nverdict {}, faults {}, lost {}, duplicate rows {}, over cap {}, outbound lost {}\n",
@@ -170,6 +179,7 @@ mod tests {
         let lines = [
             r#"{"msgs_per_s":3894.1,"commit_floor_msgs_per_s":8151.6,"serial_bound_msgs_per_s":4950.2,"protocol_bound_msgs_per_s":10947.4,"bound_ratio":0.787,"overhead_p50_ms":1.5,"overhead_p99_ms":7.5,"get_mean_ms":3.65,"lost":0,"rejected_429":0}"#,
             r#"{"msgs_per_s":1136.3,"bucket_bound_msgs_per_s":1200.0,"protocol_bound_msgs_per_s":3951.8,"bound_ratio":0.947,"rate":750.0,"lat_sent_p50_ms":30.5,"lat_sent_p99_ms":69.8,"sim_429":0,"duplicates_at_sim":0,"lost":0}"#,
+            r#"{"read_1_stream_msgs_per_s":35390.0,"read_6_streams_msgs_per_s":53779.0,"send_1_client_msgs_per_s":34755.0,"send_6_clients_msgs_per_s":67590.0}"#,
             r#"{"scenario":"kill","ok":true,"faults":4,"lost":0,"duplicate_rows":0,"over_cap":0,"outbound_lost":0}"#,
         ];
         std::fs::write(dir.path().join("benches.jsonl"), lines.join("\n")).unwrap();
@@ -194,6 +204,7 @@ mod tests {
         );
         assert!(md.contains("| msgs_per_s | 1136.3 | bucket 1200 · protocol 3951.8 | 0.947 |"), "{md}");
         assert!(md.contains("## chaos kill\n\nverdict ok"), "{md}");
+        assert!(md.contains("| read msg/s (streams) | 35390 | 53779 |") && !md.contains("## other"), "{md}");
         assert!(md.contains("![inbound messages per second](inbound-throughput.svg)"), "{md}");
         let svg = std::fs::read_to_string(dir.path().join("inbound-throughput.svg")).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains("persisted"), "{svg}");
