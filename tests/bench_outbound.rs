@@ -35,9 +35,17 @@ async fn both_runs_settle_and_the_report_is_consistent() {
     }
     assert_eq!(s.cdf_ms.len(), s.cdf_quantiles.len());
     assert!(s.cdf_ms.windows(2).all(|w| w[0] <= w[1]), "a CDF: {:?}", s.cdf_ms);
+    // By state over time: never more rows than published, every one confirmed at the end.
+    let confirmed = s.states.iter().find(|(name, _)| name == "confirmed").expect("a confirmed line");
+    assert_eq!(confirmed.1.last().copied(), Some(400.0), "{:?}", s.states);
+    for b in 0..s.t_s.len() {
+        let rows: f64 = s.states.iter().map(|(_, v)| v[b]).sum();
+        assert!(rows <= 400.0, "bucket {b}: {rows} rows in some state");
+    }
     std::fs::write(dir.path().join("benches.jsonl"), serde_json::to_string(&r).unwrap()).unwrap();
     let md = std::fs::read_to_string(cabine::bench::report::render(dir.path()).unwrap()).unwrap();
     assert!(md.contains("## bench outbound") && md.contains("outbound-throughput.svg"), "{md}");
     let svg = std::fs::read_to_string(dir.path().join("outbound-throughput.svg")).unwrap();
     assert!(svg.contains("<polyline") && svg.contains("confirmed"), "drawn with its legend");
+    assert!(md.contains("outbound-states.svg") && dir.path().join("outbound-states.svg").exists(), "{md}");
 }

@@ -38,13 +38,18 @@ pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
     series.sort_by(|a, b| a.0.cmp(&b.0));
     for (_, s) in &series {
         let (rates, cdf) = (format!("{}-throughput.svg", s.bench), format!("{}-latency-cdf.svg", s.bench));
-        plot_rates(&dir.join(&rates), s)?;
+        plot_lines(&dir.join(&rates), &format!("{}: messages per second", s.bench), "msg/s", &s.t_s, &s.rates)?;
         plot_cdf(&dir.join(&cdf), s)?;
         let _ = write!(
             md,
             "\n## {} over time\n\n![{} messages per second]({rates})\n\n![{} CDF]({cdf})\n",
             s.bench, s.bench, s.cdf_of
         );
+        if !s.states.is_empty() {
+            let states = format!("{}-states.svg", s.bench);
+            plot_lines(&dir.join(&states), &format!("{}: messages by state", s.bench), "messages", &s.t_s, &s.states)?;
+            let _ = write!(md, "\n![{} messages by state]({states})\n", s.bench);
+        }
     }
     let out = dir.join("report.md");
     std::fs::write(&out, md)?;
@@ -123,23 +128,24 @@ fn figures(run: &Value) -> String {
 const COLOURS: [RGBColor; 4] =
     [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
 
-fn plot_rates(path: &Path, s: &Series) -> anyhow::Result<()> {
+/// Named lines over the series' seconds.
+fn plot_lines(path: &Path, title: &str, unit: &str, t_s: &[f64], lines: &[(String, Vec<f64>)]) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
-    let x_max = s.t_s.last().copied().unwrap_or(1.0).max(1.0);
-    let y_max = s.rates.iter().flat_map(|(_, v)| v.iter().copied()).fold(1.0, f64::max) * 1.1;
+    let x_max = t_s.last().copied().unwrap_or(1.0).max(1.0);
+    let y_max = lines.iter().flat_map(|(_, v)| v.iter().copied()).fold(1.0, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{}: messages per second", s.bench), ("sans-serif", 18))
+        .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(36)
         .y_label_area_size(60)
         .build_cartesian_2d(0.0..x_max, 0.0..y_max)
         .map_err(plot_error)?;
-    chart.configure_mesh().x_desc("seconds since the first message").y_desc("msg/s").draw().map_err(plot_error)?;
-    for (i, (name, values)) in s.rates.iter().enumerate() {
+    chart.configure_mesh().x_desc("seconds since the first message").y_desc(unit).draw().map_err(plot_error)?;
+    for (i, (name, values)) in lines.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
         chart
-            .draw_series(LineSeries::new(s.t_s.iter().copied().zip(values.iter().copied()), colour.stroke_width(2)))
+            .draw_series(LineSeries::new(t_s.iter().copied().zip(values.iter().copied()), colour.stroke_width(2)))
             .map_err(plot_error)?
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2)));
@@ -193,6 +199,7 @@ mod tests {
             cdf_of: "persisted_to_published".into(),
             cdf_quantiles: vec![0.5, 0.99],
             cdf_ms: vec![2.0, 9.0],
+            states: Vec::new(),
         };
         super::super::series::write(&dir.path().join("inbound-series.json"), &series).unwrap();
         let md = std::fs::read_to_string(render(dir.path()).unwrap()).unwrap();

@@ -2,7 +2,8 @@
 //! they are dropped (`--series FILE`): messages per second over time and the
 //! latency CDF — inbound: persisted and published per second, persisted →
 //! published; outbound: accepted, sent and confirmed per second, accepted →
-//! sent. `cabine bench report` draws them.
+//! sent, and its rows by state over time (from the history's intervals).
+//! `cabine bench report` draws them.
 
 use std::path::Path;
 
@@ -29,7 +30,26 @@ pub struct Series {
     pub cdf_of: String,
     pub cdf_quantiles: Vec<f64>,
     pub cdf_ms: Vec<f64>,
+    /// (state, rows in it at each bucket's end); outbound only.
+    #[serde(default)]
+    pub states: Vec<(String, Vec<f64>)>,
 }
+
+/// Outbound rows in each state at the end of each bucket: every history line
+/// holds its `to_status` from its `at` until the row's next line.
+const STATES_SQL: &str = "
+    WITH h AS (
+        SELECT to_status, at, lead(at) OVER (PARTITION BY outbound_id ORDER BY id) AS until FROM outbound_history
+    ),
+    t AS (
+        SELECT b, $1::timestamptz + (b + 1) * $2::float8 * interval '1 millisecond' AS at
+        FROM generate_series(0, $3::int - 1) AS b
+    )
+    SELECT t.b::bigint, h.to_status, count(*) FROM t JOIN h ON h.at <= t.at AND (h.until IS NULL OR h.until > t.at)
+    GROUP BY t.b, h.to_status ORDER BY t.b";
+
+/// The states in the order a message goes through them; others after.
+const STATE_ORDER: [&str; 4] = ["queued", "sending", "sent", "confirmed"];
 
 /// (column expression, name) of the per-second lines, the table, and the CDF's duration.
 struct Shape {
@@ -66,7 +86,33 @@ pub async fn inbound(db: &Db) -> anyhow::Result<Series> {
 
 /// The outbound table's series.
 pub async fn outbound(db: &Db) -> anyhow::Result<Series> {
-    read(db, &OUTBOUND).await
+    let mut series = read(db, &OUTBOUND).await?;
+    series.states = states(db, &series).await?;
+    Ok(series)
+}
+
+async fn states(db: &Db, series: &Series) -> anyhow::Result<Vec<(String, Vec<f64>)>> {
+    let conn = db.get().await?;
+    let t0: Option<std::time::SystemTime> = conn.query_one("SELECT min(created_at) FROM outbound", &[]).await?.get(0);
+    let (Some(t0), Ok(buckets)) = (t0, i32::try_from(series.t_s.len())) else { return Ok(Vec::new()) };
+    let rows = conn.query(STATES_SQL, &[&t0, &BUCKET_MS, &buckets]).await?;
+    let mut by_state: Vec<(String, Vec<f64>)> = Vec::new();
+    for r in rows {
+        let (b, state, n): (i64, String, i64) = (r.get(0), r.get(1), r.get(2));
+        let at = match by_state.iter().position(|(s, _)| *s == state) {
+            Some(i) => i,
+            None => {
+                by_state.push((state, vec![0.0; series.t_s.len()]));
+                by_state.len() - 1
+            }
+        };
+        if let Some(slot) = by_state[at].1.get_mut(usize::try_from(b).unwrap_or(usize::MAX)) {
+            *slot = n as f64;
+        }
+    }
+    let rank = |s: &str| STATE_ORDER.iter().position(|o| *o == s).unwrap_or(STATE_ORDER.len());
+    by_state.sort_by_key(|(s, _)| rank(s));
+    Ok(by_state)
 }
 
 async fn read(db: &Db, s: &Shape) -> anyhow::Result<Series> {
@@ -112,6 +158,7 @@ async fn read(db: &Db, s: &Shape) -> anyhow::Result<Series> {
         cdf_of: s.cdf_of.into(),
         cdf_quantiles: quantiles,
         cdf_ms: cdf_ms.unwrap_or_default(),
+        states: Vec::new(),
     })
 }
 
