@@ -6,6 +6,7 @@
 //! `cabine bench report` draws them.
 
 use std::path::Path;
+use std::time::SystemTime;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -36,10 +37,18 @@ pub struct Series {
 }
 
 /// Outbound rows in each state at the end of each bucket: every history line
-/// holds its `to_status` from its `at` until the row's next line.
+/// holds its `to_status` from its `at` until the row's next line. `at` is the
+/// writing transaction's start, so a line can carry an earlier `at` than the
+/// one before it (a verdict that waited for the record's row lock): each line
+/// starts at the latest `at` so far, and a row's intervals never overlap.
 const STATES_SQL: &str = "
-    WITH h AS (
-        SELECT to_status, at, lead(at) OVER (PARTITION BY outbound_id ORDER BY id) AS until FROM outbound_history
+    WITH l AS (
+        SELECT outbound_id, id, to_status,
+               max(at) OVER (PARTITION BY outbound_id ORDER BY id ROWS UNBOUNDED PRECEDING) AS at
+        FROM outbound_history
+    ),
+    h AS (
+        SELECT to_status, at, lead(at) OVER (PARTITION BY outbound_id ORDER BY id) AS until FROM l
     ),
     t AS (
         SELECT b, $1::timestamptz + (b + 1) * $2::float8 * interval '1 millisecond' AS at
@@ -81,20 +90,22 @@ const OUTBOUND: Shape = Shape {
 
 /// The inbox's series (of the schema `db` works in).
 pub async fn inbound(db: &Db) -> anyhow::Result<Series> {
-    read(db, &INBOUND).await
+    Ok(read(db, &INBOUND).await?.0)
 }
 
 /// The outbound table's series.
 pub async fn outbound(db: &Db) -> anyhow::Result<Series> {
-    let mut series = read(db, &OUTBOUND).await?;
-    series.states = states(db, &series).await?;
+    let (mut series, t0) = read(db, &OUTBOUND).await?;
+    if let Some(t0) = t0 {
+        series.states = states(db, &series, t0).await?;
+    }
     Ok(series)
 }
 
-async fn states(db: &Db, series: &Series) -> anyhow::Result<Vec<(String, Vec<f64>)>> {
+/// Rows by state per bucket; `t0` is the series' start (its first row's `created_at`).
+async fn states(db: &Db, series: &Series, t0: SystemTime) -> anyhow::Result<Vec<(String, Vec<f64>)>> {
     let conn = db.get().await?;
-    let t0: Option<std::time::SystemTime> = conn.query_one("SELECT min(created_at) FROM outbound", &[]).await?.get(0);
-    let (Some(t0), Ok(buckets)) = (t0, i32::try_from(series.t_s.len())) else { return Ok(Vec::new()) };
+    let Ok(buckets) = i32::try_from(series.t_s.len()) else { return Ok(Vec::new()) };
     let rows = conn.query(STATES_SQL, &[&t0, &BUCKET_MS, &buckets]).await?;
     let mut by_state: Vec<(String, Vec<f64>)> = Vec::new();
     for r in rows {
@@ -115,11 +126,12 @@ async fn states(db: &Db, series: &Series) -> anyhow::Result<Vec<(String, Vec<f64
     Ok(by_state)
 }
 
-async fn read(db: &Db, s: &Shape) -> anyhow::Result<Series> {
+/// The series of `s`'s table, and when it starts (`None`: an empty table).
+async fn read(db: &Db, s: &Shape) -> anyhow::Result<(Series, Option<SystemTime>)> {
     let conn = db.get().await?;
-    let t0: Option<std::time::SystemTime> =
+    let t0: Option<SystemTime> =
         conn.query_one(&format!("SELECT min({}) FROM {}", s.start, s.table), &[]).await?.get(0);
-    let Some(t0) = t0 else { return Ok(Series { bench: s.bench.into(), ..Series::default() }) };
+    let Some(t0) = t0 else { return Ok((Series { bench: s.bench.into(), ..Series::default() }, None)) };
     let mut rates = Vec::new();
     let mut buckets = 0usize;
     for (column, name) in s.lines {
@@ -151,7 +163,7 @@ async fn read(db: &Db, s: &Shape) -> anyhow::Result<Series> {
     );
     let quantiles = QUANTILES.to_vec();
     let cdf_ms: Option<Vec<f64>> = conn.query_one(&cdf_sql, &[&quantiles]).await?.get(0);
-    Ok(Series {
+    let series = Series {
         bench: s.bench.into(),
         t_s: (0..buckets).map(|b| b as f64 * BUCKET_MS / 1000.0).collect(),
         rates,
@@ -159,7 +171,8 @@ async fn read(db: &Db, s: &Shape) -> anyhow::Result<Series> {
         cdf_quantiles: quantiles,
         cdf_ms: cdf_ms.unwrap_or_default(),
         states: Vec::new(),
-    })
+    };
+    Ok((series, Some(t0)))
 }
 
 /// Writes `series` as one JSON document.
