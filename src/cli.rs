@@ -1,4 +1,4 @@
-//! The command line (clap): `run`, `migrate`, `check-config`, and the
+//! The command line (clap): `run`, `migrate`, `check-config`, `health`, and the
 //! subcommands later capabilities add (`sim`, `bench …`, `chaos`, the
 //! operator's `outbound …` and `breaker reset`).
 
@@ -38,6 +38,8 @@ pub enum Command {
     Reconcile(crate::outbound_cli::ReconcileArgs),
     /// Reports of a running pod: `report incident --from --to` (what a window's faults touched).
     Report(crate::outbound_cli::ReportArgs),
+    /// The pod's own probe (`/health/live`, `--ready`: `/health/ready`) on `http.bind`: exit 0 on 200, 1 otherwise.
+    Health(crate::health_cli::HealthArgs),
     /// The cluster at a glance from one pod: slot map, pods, alerts, actors not well (`--watch`, `--json`).
     Status(crate::status_cli::StatusArgs),
     /// Faults under traffic (simulator, private Redis, P pods), judged from the server side and the stores:

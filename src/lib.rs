@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod harness;
+pub mod health_cli;
 pub mod http;
 pub mod icom;
 pub mod inbox;

@@ -33,7 +33,8 @@ fn main() -> ExitCode {
                 | Command::Breaker(_)
                 | Command::Reconcile(_)
                 | Command::Report(_)
-                | Command::Status(_) => {}
+                | Command::Status(_)
+                | Command::Health(_) => {}
                 Command::Chaos(_) => {
                     let quiet = cabine::config::LogSettings { filter: "warn".into(), ..settings.log.clone() };
                     cabine::telemetry::init_tracing(&quiet);
@@ -75,6 +76,7 @@ async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCo
         Command::Reconcile(args) => cabine::outbound_cli::reconcile(args, &settings).await,
         Command::Report(args) => cabine::outbound_cli::report_command(args, &settings).await,
         Command::Status(args) => cabine::status_cli::status(args, &settings).await,
+        Command::Health(args) => cabine::health_cli::health(args, &settings).await,
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }

@@ -214,7 +214,7 @@ impl PodClient {
 }
 
 /// `http://{bind}`, a wildcard bind asked on loopback.
-fn default_pod(bind: SocketAddr) -> String {
+pub(crate) fn default_pod(bind: SocketAddr) -> String {
     let ip = match bind.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
