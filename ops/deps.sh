@@ -2,8 +2,9 @@
 # Ensures cabine's local dependencies: installs redis-server, postgresql,
 # nats-server, curl, openssl (the simulator's `--tls` RSA server key),
 # prometheus (its `promtool` checks a live pod's /metrics in the tests),
-# chromium and tmux (the status page and `cabine status` tests) from
-# Debian packages when missing, starts the three services on loopback when
+# chromium and tmux (the status page and `cabine status` tests), buildah and podman
+# (the container image tests) from Debian packages and kubernetes-validate (pip,
+# pinned; the manifest tests) when missing, starts the three services on loopback when
 # nothing listens on their ports, and makes Postgres accept root@127.0.0.1/test.
 # Idempotent: on a machine where all three already run it only checks.
 set -euo pipefail
@@ -55,6 +56,28 @@ if [ ${#ui[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${ui[@]}" >/dev/null \
     || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${ui[@]}" >/dev/null; }
 fi
+
+# buildah and podman (the image tests build an image with buildah, registry-free; containers
+# cannot run on these machines, so the tests chroot into the image's root filesystem) and the
+# pinned kubernetes-validate (PyPI) for the manifests. kubectl renders ops/k8s (`kubectl
+# kustomize`): the machine image carries it; it is not a Debian package.
+images=()
+need_cmd buildah || images+=(buildah)
+need_cmd podman || images+=(podman)
+need_cmd unshare || images+=(util-linux)
+if [ ${#images[@]} -gt 0 ]; then
+  say "installing ${images[*]} (apt-get; the container image tests)"
+  export DEBIAN_FRONTEND=noninteractive
+  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${images[@]}" >/dev/null \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${images[@]}" >/dev/null; }
+fi
+KUBERNETES_VALIDATE=1.37.0
+if [ "$(kubernetes-validate --version 2>/dev/null)" != "$KUBERNETES_VALIDATE" ]; then
+  say "installing kubernetes-validate $KUBERNETES_VALIDATE (pip; the manifest tests)"
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "kubernetes-validate==$KUBERNETES_VALIDATE"
+fi
+need_cmd kubectl || say "kubectl is missing: the manifest tests render ops/k8s with 'kubectl kustomize'"
 
 if ! need_cmd cargo; then
   say "cargo is missing: install a Rust toolchain (https://rustup.rs), then run this again"

@@ -37,8 +37,16 @@ impl Pod {
     /// Starts `{exe} run` with `env` on top of the inherited environment and waits for its address line.
     pub async fn spawn(exe: &Path, env: &[(String, String)]) -> Result<Pod, PodError> {
         let mut cmd = Command::new(exe);
-        cmd.arg("run").envs(env.iter().cloned()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| PodError::Spawn(exe.display().to_string(), e))?;
+        cmd.arg("run").envs(env.iter().cloned());
+        Pod::spawn_command(cmd).await
+    }
+
+    /// Starts `cmd`, a `cabine run` however wrapped (e.g. under `chroot` in an image's
+    /// root filesystem), and waits for its address line.
+    pub async fn spawn_command(mut cmd: Command) -> Result<Pod, PodError> {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
+        let what = format!("{:?}", cmd.as_std().get_program());
+        let mut child = cmd.spawn().map_err(|e| PodError::Spawn(what, e))?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
         let line = match super::first_line("pod", &mut lines, super::STARTUP_BOUND).await {
