@@ -112,6 +112,10 @@ pub struct ChaosArgs {
     /// fail the run unless every window over it is reconciled without a discrepancy above INFO.
     #[arg(long)]
     pub reconcile: bool,
+    /// Also write the stream slots held per pod over the run (sampled every 250 ms from `/cluster`,
+    /// the faults marked) to this file, for `bench report` (`*-holders.json`). One scenario only.
+    #[arg(long, value_name = "FILE")]
+    pub holders: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -14,6 +14,7 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use super::series::Series;
+use crate::chaos::HolderSeries;
 
 /// Writes `DIR/report.md` and the plots beside it; answers the report's path.
 pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -26,20 +27,12 @@ pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
     for run in &runs {
         md.push_str(&figures(run));
     }
-    let mut series: Vec<(PathBuf, Series)> = Vec::new();
-    for entry in std::fs::read_dir(dir)?.flatten() {
-        let path = entry.path();
-        if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with("-series.json")) {
-            let s: Series =
-                serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}", path.display()))?;
-            series.push((path, s));
-        }
-    }
-    series.sort_by(|a, b| a.0.cmp(&b.0));
-    for (_, s) in &series {
+    for path in files_ending(dir, "-series.json")? {
+        let s: Series =
+            serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}", path.display()))?;
         let (rates, cdf) = (format!("{}-throughput.svg", s.bench), format!("{}-latency-cdf.svg", s.bench));
         plot_lines(&dir.join(&rates), &format!("{}: messages per second", s.bench), "msg/s", &s.t_s, &s.rates)?;
-        plot_cdf(&dir.join(&cdf), s)?;
+        plot_cdf(&dir.join(&cdf), &s)?;
         let _ = write!(
             md,
             "\n## {} over time\n\n![{} messages per second]({rates})\n\n![{} CDF]({cdf})\n",
@@ -47,13 +40,45 @@ pub fn render(dir: &Path) -> anyhow::Result<PathBuf> {
         );
         if !s.states.is_empty() {
             let states = format!("{}-states.svg", s.bench);
-            plot_lines(&dir.join(&states), &format!("{}: messages by state", s.bench), "messages", &s.t_s, &s.states)?;
+            let title = format!("{}: messages by state", s.bench);
+            plot_lines(&dir.join(&states), &title, "messages", &s.t_s, &s.states)?;
             let _ = write!(md, "\n![{} messages by state]({states})\n", s.bench);
         }
+    }
+    for path in files_ending(dir, "-holders.json")? {
+        let h: HolderSeries =
+            serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}", path.display()))?;
+        md.push_str(&holders_section(dir, &h)?);
     }
     let out = dir.join("report.md");
     std::fs::write(&out, md)?;
     Ok(out)
+}
+
+/// The files of `dir` whose names end with `suffix`, by name.
+fn files_ending(dir: &Path, suffix: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(suffix)))
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// A chaos run's stream slots per pod over time, the faults marked, and the slots left free.
+fn holders_section(dir: &Path, h: &HolderSeries) -> anyhow::Result<String> {
+    let svg = format!("chaos-{}-holders.svg", h.scenario);
+    let mut bands = h.pods.clone();
+    bands.push(("free".into(), h.free.clone()));
+    let title = format!("chaos {}: stream slots held per pod ({} slots)", h.scenario, h.slots);
+    plot_bands(&dir.join(&svg), &title, &h.t_s, &bands, &h.faults)?;
+    let faults: Vec<String> = h.faults.iter().map(|(t, pod)| format!("{pod} at {t:.1} s")).collect();
+    Ok(format!(
+        "\n## chaos {} — slots held per pod through the faults\n\n![stream slots held per pod]({svg})\n\nFaults: {}.\n",
+        h.scenario,
+        faults.join(", ")
+    ))
 }
 
 /// One run's figures beside its bounds, as a Markdown section.
@@ -125,8 +150,84 @@ fn figures(run: &Value) -> String {
     }
 }
 
-const COLOURS: [RGBColor; 4] =
-    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+const COLOURS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(188, 189, 34),
+];
+const GREY: RGBColor = RGBColor(120, 120, 120);
+
+/// Stacked bands over the series' seconds (each band's height is its value; the last one
+/// grey), `marks` as vertical lines: who holds the slots, and when a fault struck.
+fn plot_bands(
+    path: &Path,
+    title: &str,
+    t_s: &[f64],
+    bands: &[(String, Vec<f64>)],
+    marks: &[(f64, String)],
+) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let x_max = t_s.last().copied().unwrap_or(1.0).max(1.0);
+    let total: Vec<f64> = (0..t_s.len()).map(|i| bands.iter().map(|(_, v)| v[i]).sum()).collect();
+    let y_max = total.iter().copied().fold(1.0, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc("seconds since the traffic started").y_desc("slots").draw().map_err(plot_error)?;
+    let mut below = vec![0.0; t_s.len()];
+    for (i, (name, values)) in bands.iter().enumerate() {
+        let colour = if i + 1 == bands.len() { GREY } else { COLOURS[i % COLOURS.len()] };
+        let above: Vec<f64> = below.iter().zip(values).map(|(b, v)| b + v).collect();
+        // Steps: a sample's value holds until the next sample.
+        let mut outline: Vec<(f64, f64)> = Vec::new();
+        for (k, t) in t_s.iter().enumerate() {
+            let next = t_s.get(k + 1).copied().unwrap_or(x_max);
+            outline.extend([(*t, above[k]), (next, above[k])]);
+        }
+        for k in (0..t_s.len()).rev() {
+            let next = t_s.get(k + 1).copied().unwrap_or(x_max);
+            outline.extend([(next, below[k]), (t_s[k], below[k])]);
+        }
+        chart
+            .draw_series([Polygon::new(outline, colour.mix(0.6).filled())])
+            .map_err(plot_error)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.mix(0.6).filled()));
+        below = above;
+    }
+    draw_marks(&mut chart, marks, y_max)?;
+    chart.configure_series_labels().background_style(WHITE).border_style(BLACK).draw().map_err(plot_error)?;
+    root.present().map_err(plot_error)
+}
+
+/// Vertical lines at `marks` (seconds, label).
+fn draw_marks<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    marks: &[(f64, String)],
+    y_max: f64,
+) -> anyhow::Result<()> {
+    for (t, label) in marks {
+        chart.draw_series(LineSeries::new([(*t, 0.0), (*t, y_max)], BLACK.stroke_width(2))).map_err(plot_error)?;
+        let text =
+            Text::new(format!("fault: {label}"), (*t, y_max * 0.98), ("sans-serif", 13).into_font().color(&BLACK));
+        chart.draw_series([text]).map_err(plot_error)?;
+    }
+    Ok(())
+}
 
 /// Named lines over the series' seconds.
 fn plot_lines(path: &Path, title: &str, unit: &str, t_s: &[f64], lines: &[(String, Vec<f64>)]) -> anyhow::Result<()> {
@@ -202,7 +303,16 @@ mod tests {
             states: Vec::new(),
         };
         super::super::series::write(&dir.path().join("inbound-series.json"), &series).unwrap();
+        let mut holders = HolderSeries::new("kill", 2);
+        holders.record(0.0, &[(1, "x-p1".into()), (2, "x-p2".into())].into());
+        holders.fault(0.2, "x-p1");
+        holders.record(0.25, &[(2, "x-p2".into())].into());
+        holders.record(0.5, &[(1, "x-p3".into()), (2, "x-p2".into())].into());
+        std::fs::write(dir.path().join("chaos-kill-holders.json"), serde_json::to_vec(&holders).unwrap()).unwrap();
         let md = std::fs::read_to_string(render(dir.path()).unwrap()).unwrap();
+        assert!(md.contains("![stream slots held per pod](chaos-kill-holders.svg)\n\nFaults: p1 at 0.2 s."), "{md}");
+        let svg = std::fs::read_to_string(dir.path().join("chaos-kill-holders.svg")).unwrap();
+        assert!(svg.contains("fault: p1") && svg.contains("p3") && svg.contains("free"), "{svg}");
         assert!(
             md.contains(
                 "| msgs_per_s | 3894.1 | serial bound 4950.2 · commit floor 8151.6 · protocol 10947.4 | 0.787 |"

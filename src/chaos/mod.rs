@@ -45,6 +45,7 @@
 //!   the incident report's counts for its traffic (`incidents`).
 
 mod faults;
+mod holder_series;
 mod holders;
 mod plan;
 mod reconciled;
@@ -62,6 +63,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+pub use holder_series::HolderSeries;
 pub use plan::{Plan, PlannedFault};
 pub use reconciled::ReconcileFigures;
 pub use report::{ChaosReport, Unjudged};
@@ -97,6 +99,8 @@ pub struct ChaosConfig {
     pub env: Vec<(String, String)>,
     /// The pods reconcile windows of [`RECONCILE_WINDOW`] while the run goes on, judged after it.
     pub reconcile: bool,
+    /// Sample the stream slots held per pod over the run (`ChaosReport::holders`).
+    pub holders: bool,
 }
 
 /// Window and settle margin of `--reconcile`.
@@ -115,6 +119,7 @@ impl Default for ChaosConfig {
             pod_log: "error".into(),
             env: Vec::new(),
             reconcile: false,
+            holders: false,
         }
     }
 }
@@ -137,6 +142,9 @@ impl ChaosConfig {
         if !(a.rate.is_finite() && a.rate > 0.0 && outbound_rate.is_finite() && outbound_rate >= 0.0) {
             bail!("--rate must be > 0 and --outbound-rate >= 0");
         }
+        if a.holders.is_some() && a.scenario.scenarios().len() != 1 {
+            bail!("--holders writes one scenario's series: name one scenario");
+        }
         let env = a
             .pod_env
             .iter()
@@ -154,6 +162,7 @@ impl ChaosConfig {
             pod_log: a.pod_log.clone(),
             env,
             reconcile: a.reconcile,
+            holders: a.holders.is_some(),
         })
     }
 }
@@ -168,6 +177,10 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         let line = match run_scenario(&exe, &cfg, scenario).await {
             Outcome::Judged(report) => {
                 failed |= !report.ok;
+                if let (Some(path), Some(series)) = (&args.holders, &report.holders) {
+                    std::fs::write(path, serde_json::to_vec(series)?)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
                 serde_json::to_string(&report)?
             }
             Outcome::Skipped(why) => {

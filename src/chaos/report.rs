@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::ChaosConfig;
+use super::holder_series::HolderSeries;
 use super::reconciled::ReconcileFigures;
 use super::scenario::Scenario;
 use super::verdict::Verdict;
@@ -41,6 +42,9 @@ pub struct RunFacts {
 /// One judged scenario: ONE JSON line.
 #[derive(Debug, Serialize)]
 pub struct ChaosReport {
+    /// With `--holders`: stream slots held per pod over the run (written to its own file).
+    #[serde(skip)]
+    pub holders: Option<HolderSeries>,
     pub scenario: &'static str,
     pub ok: bool,
     /// The names of the failed checks (empty when ok).
@@ -104,6 +108,7 @@ impl ChaosReport {
     pub fn new(scenario: Scenario, cfg: &ChaosConfig, facts: RunFacts, v: Verdict) -> ChaosReport {
         let failed = failures(&facts, &v);
         ChaosReport {
+            holders: None,
             scenario: scenario.name(),
             ok: failed.is_empty(),
             failed,

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::faults;
+use super::holder_series::{HolderSeries, sample_until, short};
 use super::holders::{self, HoldersError};
 use super::plan::Plan;
 use super::reconciled;
@@ -85,8 +86,10 @@ async fn drive(
     let (started, wall_start) = (Instant::now(), SystemTime::now());
     let mut facts =
         RunFacts { max_in_flight_cap: world.max_in_flight, max_streams_cap: world.max_streams, ..Default::default() };
-    apply_plan(world, &plan, started, &mut facts).await;
-    tokio::time::sleep_until(started + cfg.seconds).await;
+    let slots = world.cluster.settings.pools.stream.get();
+    let mut series = cfg.holders.then(|| HolderSeries::new(scenario.name(), slots));
+    apply_plan(world, &plan, started, &mut facts, series.as_mut()).await;
+    sample_until(&world.cluster, series.as_mut(), started, started + cfg.seconds).await;
     let (inbound, outbound) = traffic.stop().await;
     let wall_stop = SystemTime::now();
     let stall = world.timing.takeover() + world.cluster.settings.timing.processing_timeout + SETTLE_MARGIN;
@@ -105,18 +108,30 @@ async fn drive(
         facts.reconciled = Some(reconciled::windows(&world.cluster, (wall_start, wall_stop), within).await);
     }
     facts.elapsed_s = t0.elapsed().as_secs_f64();
-    Ok(ChaosReport::new(scenario, cfg, facts, verdict::judge(&evidence)))
+    let mut report = ChaosReport::new(scenario, cfg, facts, verdict::judge(&evidence));
+    report.holders = series;
+    Ok(report)
 }
 
-/// Each planned fault at its time (or at once when the previous one ran late), one after the other.
-async fn apply_plan(world: &mut World, plan: &Plan, started: Instant, facts: &mut RunFacts) {
+/// Each planned fault at its time (or at once when the previous one ran late), one after the
+/// other; the holders sampled meanwhile when `series` is asked for.
+async fn apply_plan(
+    world: &mut World,
+    plan: &Plan,
+    started: Instant,
+    facts: &mut RunFacts,
+    mut series: Option<&mut HolderSeries>,
+) {
     let scenario = plan.scenario;
     for fault in &plan.faults {
-        tokio::time::sleep_until(started + fault.at).await;
+        sample_until(&world.cluster, series.as_deref_mut(), started, started + fault.at).await;
         let at = started.elapsed().as_secs_f64();
         match faults::apply(world, scenario, fault).await {
             Ok(a) => {
                 facts.faults += 1;
+                if let Some(s) = series.as_deref_mut() {
+                    s.fault(at, &a.target);
+                }
                 eprintln!("chaos {scenario}: t={at:.1}s {} slots {:?}: {}", short(&a.target), a.slots, a.note);
             }
             Err(e) => {
@@ -125,9 +140,4 @@ async fn apply_plan(world: &mut World, plan: &Plan, started: Instant, facts: &mu
             }
         }
     }
-}
-
-/// `chaos_123_0_ab12-p3` → `p3`.
-fn short(target: &str) -> &str {
-    target.rsplit_once('-').map_or(target, |(_, p)| p)
 }
