@@ -31,7 +31,7 @@ impl AlertKind {
     pub const ALL: [AlertKind; 5] =
         [AlertKind::ZeroActive, AlertKind::StaleSlot, AlertKind::Lag, AlertKind::Cap, AlertKind::Reconcile];
 
-    /// The documented level of each kind (README, "Alert levels").
+    /// The documented level of each kind (docs/outbound.md, "Alert levels").
     pub fn level(self) -> Level {
         match self {
             AlertKind::ZeroActive | AlertKind::Cap => Level::Emergency,
