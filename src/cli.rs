@@ -32,6 +32,8 @@ pub enum Command {
     Sim(Box<crate::sim::SimArgs>),
     /// The outbound side of a running pod, through its HTTP endpoints (JSON answer; exit 1 unless 2xx).
     Outbound(crate::outbound_cli::OutboundArgs),
+    /// DICT key lookups through a pod (`dict get KEY --payer-id ID`): JSON answer; exit 1 unless 2xx.
+    Dict(crate::outbound_cli::DictArgs),
     /// The circuit breakers shared by the pods, through a pod's HTTP endpoint.
     Breaker(crate::outbound_cli::BreakerArgs),
     /// Reconciliations against the Central Bank's statement: run one now (`--from --to`), list, show.
@@ -60,6 +62,9 @@ pub enum BenchCommand {
     Inbound(InboundBenchArgs),
     /// Outbound end to end: simulator + P child pods; M pacs.008 published as fast as possible, then M at R/s.
     Outbound(OutboundBenchArgs),
+    /// DICT lookups through P pods against the simulated DICT: the homologation capacity test
+    /// (`--full`: 20,000 distinct keys in 10 minutes; default a 1-minute, 2,000-key run).
+    Dict(crate::bench::dict::DictBenchArgs),
     /// The Markdown report (with SVG plots) of the runs in DIR (`benches.jsonl`, `*-series.json`): `ops/bench` writes them.
     Report {
         #[arg(long)]

@@ -9,6 +9,7 @@ pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod dict;
 pub mod harness;
 pub mod health_cli;
 pub mod http;

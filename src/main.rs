@@ -31,6 +31,7 @@ fn main() -> ExitCode {
             match command {
                 Command::Outbound(_)
                 | Command::Breaker(_)
+                | Command::Dict(_)
                 | Command::Reconcile(_)
                 | Command::Report(_)
                 | Command::Status(_)
@@ -73,6 +74,7 @@ async fn dispatch(command: Command, settings: Settings) -> anyhow::Result<ExitCo
         Command::Chaos(args) => cabine::chaos::run(args).await,
         Command::Outbound(args) => cabine::outbound_cli::outbound(args, &settings).await,
         Command::Breaker(args) => cabine::outbound_cli::breaker(args, &settings).await,
+        Command::Dict(args) => cabine::outbound_cli::dict(args, &settings).await,
         Command::Reconcile(args) => cabine::outbound_cli::reconcile(args, &settings).await,
         Command::Report(args) => cabine::outbound_cli::report_command(args, &settings).await,
         Command::Status(args) => cabine::status_cli::status(args, &settings).await,

@@ -273,6 +273,39 @@ pub async fn outbound(args: OutboundArgs, settings: &Settings) -> anyhow::Result
     report(request).await
 }
 
+/// `cabine dict get KEY --payer-id ID [--end-to-end-id E2E]`: one DICT lookup through a pod.
+#[derive(Debug, Clone, Args)]
+pub struct DictArgs {
+    #[command(flatten)]
+    pub pod: PodArgs,
+    #[command(subcommand)]
+    pub command: DictCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum DictCommand {
+    /// Looks KEY up (`GET /v1/dict/entries/{key}`): the entry, its source (dict, cache, stale_cache) and age.
+    Get {
+        key: String,
+        /// The payer's CPF (11 digits) or CNPJ (14 digits): `PI-PayerId`.
+        #[arg(long)]
+        payer_id: String,
+        /// The payment's EndToEndId (`PI-EndToEndId`); default: one made up for this lookup.
+        #[arg(long)]
+        end_to_end_id: Option<String>,
+    },
+}
+
+pub async fn dict(args: DictArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
+    let pod = PodClient::new(&args.pod, settings)?;
+    let DictCommand::Get { key, payer_id, end_to_end_id } = args.command;
+    let e2e =
+        end_to_end_id.unwrap_or_else(|| format!("E{}{:024x}", settings.cluster.ispb, rand::random::<u128>() >> 32));
+    let mut url = pod.url(&["v1", "dict", "entries", &key]);
+    url.query_pairs_mut().append_pair("payer_id", &payer_id).append_pair("end_to_end_id", &e2e[..e2e.len().min(32)]);
+    report(pod.request(Method::GET, url)).await
+}
+
 pub async fn breaker(args: BreakerArgs, settings: &Settings) -> anyhow::Result<ExitCode> {
     let pod = PodClient::new(&args.pod, settings)?;
     let BreakerCommand::Reset { channel, ispb } = args.command;

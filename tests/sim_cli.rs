@@ -13,7 +13,16 @@ async fn cabine_sim_prints_its_addresses_first_and_serves() {
     cabine::install_crypto_provider();
     let mut child = Command::new(EXE)
         .args(["sim", "--ispb", "99999010", "--ispb", "99999020"])
-        .args(["--primary", "127.0.0.1:0", "--secondary", "127.0.0.1:0", "--control", "127.0.0.1:0"])
+        .args([
+            "--primary",
+            "127.0.0.1:0",
+            "--secondary",
+            "127.0.0.1:0",
+            "--control",
+            "127.0.0.1:0",
+            "--dict",
+            "127.0.0.1:0",
+        ])
         .args(["--seed", "3", "--hold", "0s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

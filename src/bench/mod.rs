@@ -3,9 +3,11 @@
 //! `bench sim` the ICOM simulator's throughput through the real client;
 //! `bench inbound` the whole inbound pipeline of a local cluster;
 //! `bench outbound` the whole outbound pipeline of a local cluster (both
-//! write their time series with `--series FILE`); `bench report` draws a set
+//! write their time series with `--series FILE`); `bench dict` the DICT lookups'
+//! homologation capacity test through real pods; `bench report` draws a set
 //! of runs into a Markdown report with SVG plots.
 
+pub mod dict;
 pub mod fates;
 pub mod floor;
 pub mod inbound;
@@ -42,6 +44,11 @@ pub async fn run(command: BenchCommand, settings: Settings) -> anyhow::Result<Ex
         BenchCommand::Outbound(args) => {
             let exe = std::env::current_exe().context("locating the cabine binary")?;
             let report = outbound::run(&args, &exe).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        BenchCommand::Dict(args) => {
+            let exe = std::env::current_exe().context("locating the cabine binary")?;
+            let report = dict::run(&args, &exe).await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         BenchCommand::Report { dir } => println!("{}", report::render(&dir)?.display()),

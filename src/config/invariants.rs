@@ -15,6 +15,7 @@ pub fn check_boot_invariants(s: &Settings) -> Result<(), ConfigError> {
     super::access::check_access(s)?;
     super::tree::check_tree(s)?;
     super::reconcile::check_reconcile(s)?;
+    super::dict::check_dict(s)?;
     super::outbound::check_outbound(s)
 }
 

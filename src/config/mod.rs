@@ -6,6 +6,7 @@
 //! so tests pass a map instead of touching the process environment.
 
 mod access;
+mod dict;
 mod invariants;
 mod mask;
 mod outbound;
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use access::{DEFAULT_ADMIN_TOKEN, MIN_TOKEN_LEN};
 pub use cabine_actors::domain::{ChannelId, Ispb, PoolSize};
+pub use dict::DictSettings;
 pub use invariants::check_boot_invariants;
 pub use mask::mask_credentials;
 pub use outbound::{
@@ -75,6 +77,7 @@ pub struct Settings {
     pub failover: FailoverSettings,
     pub watchdog: WatchdogSettings,
     pub reconcile: ReconcileSettings,
+    pub dict: DictSettings,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -98,6 +98,7 @@ impl LocalCluster {
         env.push(("CABINE__CLUSTER__ISPB".into(), "99999010".into()));
         env.push(("CABINE__ICOM__CHANNELS__CPM__BASE_URL".into(), format!("http://{}", sim.primary)));
         env.push(("CABINE__ICOM__CHANNELS__CSM__BASE_URL".into(), format!("http://{}", sim.secondary)));
+        env.push(("CABINE__DICT__BASE_URL".into(), format!("http://{}/api/v1/", sim.dict)));
         env.extend(spec.env);
         let map: HashMap<String, String> = env.iter().cloned().collect();
         let settings =

@@ -33,6 +33,8 @@ pub struct SimProcess {
     pub primary: SocketAddr,
     pub secondary: SocketAddr,
     pub control: SimControl,
+    /// The simulated DICT's listener.
+    pub dict: SocketAddr,
 }
 
 impl SimProcess {
@@ -40,7 +42,7 @@ impl SimProcess {
     pub async fn spawn(exe: &Path, ispb: &str, extra: &[String]) -> Result<SimProcess, SimProcessError> {
         let mut cmd = Command::new(exe);
         cmd.args(["sim", "--ispb", ispb, "--primary", "127.0.0.1:0", "--secondary", "127.0.0.1:0"])
-            .args(["--control", "127.0.0.1:0"])
+            .args(["--control", "127.0.0.1:0", "--dict", "127.0.0.1:0"])
             .args(extra)
             .env("CABINE__LOG__FILTER", "warn")
             .stdout(Stdio::piped())
@@ -60,7 +62,7 @@ impl SimProcess {
         let v: Value = serde_json::from_str(&line).map_err(|_| SimProcessError::BadLine(line.clone()))?;
         let addr = |k: &str| v[k].as_str().and_then(|s| s.parse().ok()).ok_or(SimProcessError::BadLine(line.clone()));
         let (primary, secondary, control) = (addr("primary")?, addr("secondary")?, addr("control")?);
-        Ok(SimProcess { child, primary, secondary, control: SimControl::new(control) })
+        Ok(SimProcess { child, primary, secondary, control: SimControl::new(control), dict: addr("dict")? })
     }
 }
 
@@ -76,6 +78,11 @@ impl SimControl {
         crate::install_crypto_provider();
         let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("a plain HTTP client");
         SimControl { base: format!("http://{addr}"), http }
+    }
+
+    /// `http://{control address}`.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     /// Queues `count` messages of `kind` (`pacs008`, `pacs002`, `malformed`) on `cpm`; their ResourceIds.

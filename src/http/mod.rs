@@ -11,6 +11,7 @@ mod actors;
 mod auth;
 mod breaker;
 mod cluster;
+mod dict;
 mod health;
 mod incident;
 mod outbound;
@@ -62,6 +63,8 @@ pub struct Operator {
     pub incidents: Arc<crate::incident::IncidentReports>,
     /// Reads the stage timings of a window.
     pub timings: Arc<crate::timings::TimingReports>,
+    /// DICT lookups; `None` when `dict.enabled` is false (503).
+    pub dict: Option<Arc<crate::dict::DictLookups>>,
 }
 
 /// Body limit of `POST /v1/outbound` on a pod without an outbound side (it answers 503 anyway).
@@ -113,6 +116,7 @@ fn operator_routes(state: &AppState) -> Router<AppState> {
         .route("/cluster", get(cluster::view))
         .route("/v1/outbound", get(outbound::list).post(outbound_send::send).layer(DefaultBodyLimit::max(max_body)))
         .route("/v1/outbound/{msg_id}", get(outbound::detail))
+        .route("/v1/dict/entries/{key}", get(dict::entry))
         .route("/v1/outbound/{msg_id}/reprocess", post(outbound::reprocess))
         .route("/v1/parked", get(outbound_parked::list))
         .route("/v1/parked/{ingress_ref}", get(outbound_parked::detail))

@@ -117,6 +117,14 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         let subject = crate::bus::Subjects::new(&settings.nats, &settings.cluster.ispb).work_hints();
         crate::outbound::hints::relay(deps.nats.clone(), subject, tree.outbound_signal())
     });
+    let dict = match crate::dict::from_settings(&settings, deps.redis.clone()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("{}", crate::config::mask_credentials(&e.to_string()));
+            return Ok(ExitCode::from(crate::EXIT_CONFIG));
+        }
+    };
+    let dict_sync = dict.clone().map(|d| crate::dict::lookup::spawn_policy_sync(d, settings.dict.policy_sync_interval));
     let operator = http::Operator {
         tree: tree.clone(),
         cluster: Arc::new(adapters.cluster_source(&settings)),
@@ -133,6 +141,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             // A report reads a whole window: the query timeout of the hot path is too short for it.
             timeout: settings.postgres.wait_timeout + REPORT_QUERY_TIMEOUT,
         }),
+        dict,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
     let access = http::Access::from_settings(&settings.http);
@@ -156,6 +165,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let _ = stop_tx.send(true);
     if let Some(relay) = &hints {
         relay.abort();
+    }
+    if let Some(sync) = &dict_sync {
+        sync.abort();
     }
     listeners.closed(std::time::Duration::from_millis(500)).await;
     Ok(code)

@@ -89,6 +89,12 @@ pub struct SimArgs {
     /// Received messages (with their bodies) kept by the outbound log.
     #[arg(long, default_value_t = 20_000)]
     pub outbound_cap: usize,
+    /// The simulated DICT's listener (`/api/v1/entries/{Key}`, `/api/v1/policies/`).
+    #[arg(long, default_value = "127.0.0.1:16522")]
+    pub dict: SocketAddr,
+    /// The participants' DICT category, A–F: the size and refill of their lookup bucket.
+    #[arg(long, default_value = "A")]
+    pub dict_category: String,
 }
 
 fn over_in_flight_status(s: &str) -> Result<u16, String> {
@@ -105,6 +111,8 @@ impl SimArgs {
         cfg.primary = self.primary;
         cfg.secondary = self.secondary;
         cfg.control = self.control;
+        cfg.dict = self.dict;
+        cfg.dict_category = self.dict_category;
         cfg.tls = self.tls.map(|dir| TlsOptions { dir, server_key: self.tls_server_key });
         cfg.seed = self.seed;
         cfg.hold = self.hold;

@@ -44,7 +44,66 @@ pub fn router(state: ControlState) -> Router {
         .route("/sim/ledger", get(ledger))
         .route("/sim/settlements", get(settlements))
         .route("/sim/outbound", get(outbound))
+        .route("/sim/dict/audit", get(dict_audit))
+        .route("/sim/dict/faults", get(dict_faults).post(set_dict_faults))
+        .route("/sim/dict/keys", get(dict_keys))
+        .route("/sim/dict/policies", post(set_dict_policies))
         .with_state(state)
+}
+
+async fn dict_audit(State(s): State<ControlState>) -> Json<super::dict::DictAudit> {
+    Json(s.shared.dict.audit())
+}
+
+async fn dict_faults(State(s): State<ControlState>) -> Json<super::dict::DictFaults> {
+    Json(s.shared.dict.faults())
+}
+
+async fn set_dict_faults(
+    State(s): State<ControlState>,
+    Json(faults): Json<super::dict::DictFaults>,
+) -> Json<super::dict::DictFaults> {
+    s.shared.dict.set_faults(faults);
+    Json(faults)
+}
+
+#[derive(Debug, Deserialize)]
+struct KeysQuery {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    from: usize,
+    #[serde(default = "default_key_count")]
+    count: usize,
+}
+
+fn default_key_count() -> usize {
+    100
+}
+
+/// Keys the simulated DICT knows, of one type (`CPF`, `CNPJ`, `PHONE`, `EMAIL`, `EVP`).
+async fn dict_keys(State(s): State<ControlState>, Query(q): Query<KeysQuery>) -> Json<Vec<String>> {
+    Json(s.shared.dict.directory.keys(&q.kind, q.from, q.count))
+}
+
+#[derive(Debug, Deserialize)]
+struct PoliciesPatch {
+    category: Option<String>,
+    /// With `ispb`: the participant bucket's available tokens.
+    participant_tokens: Option<f64>,
+    ispb: Option<String>,
+}
+
+async fn set_dict_policies(State(s): State<ControlState>, Json(p): Json<PoliciesPatch>) -> Response {
+    if let Some(category) = &p.category
+        && !s.shared.dict.set_category(category)
+    {
+        return ControlError::BadRequest(format!("category {category:?}: one of A..=F")).into_response();
+    }
+    if let (Some(tokens), Some(ispb)) = (p.participant_tokens, &p.ispb) {
+        s.shared.dict.set_participant_tokens(ispb, tokens);
+    }
+    Json(s.shared.dict.audit()).into_response()
 }
 
 /// A control request that cannot be served; the body is `{"error": "..."}`.

@@ -15,6 +15,7 @@ mod bucket;
 mod clock;
 mod control;
 mod der;
+pub mod dict;
 mod envelope;
 mod faults;
 mod fuzz;
@@ -60,6 +61,10 @@ pub struct SimConfig {
     pub primary: SocketAddr,
     pub secondary: SocketAddr,
     pub control: SocketAddr,
+    /// The simulated DICT's listener (mTLS like ICOM when `tls` is set).
+    pub dict: SocketAddr,
+    /// The participants' DICT category (A–F): the size of their lookup bucket.
+    pub dict_category: String,
     /// mTLS on both ICOM listeners, with a PKI generated into a directory.
     pub tls: Option<TlsOptions>,
     /// Seed of the message generator (random when absent; the audit reports it).
@@ -105,6 +110,8 @@ impl SimConfig {
             primary: any,
             secondary: any,
             control: any,
+            dict: any,
+            dict_category: "A".into(),
             tls: None,
             seed: None,
             hold: Duration::from_secs(5),
@@ -145,6 +152,9 @@ impl SimConfig {
         if self.stream_idle.is_zero() {
             return bad("stream_idle must be positive");
         }
+        if dict::policies::category(&self.dict_category).is_none() {
+            return bad("dict_category must be one of A..=F");
+        }
         Ok(())
     }
 }
@@ -169,6 +179,7 @@ pub struct RunningSim {
     pub primary: SocketAddr,
     pub secondary: SocketAddr,
     pub control: SocketAddr,
+    pub dict: SocketAddr,
     /// The PKI files when started with TLS.
     pub tls: Option<TlsFiles>,
     /// The generator's seed.
@@ -196,6 +207,7 @@ impl Simulator {
         let (primary, primary_addr) = bind(cfg.primary).await?;
         let (secondary, secondary_addr) = bind(cfg.secondary).await?;
         let (control, control_addr) = bind(cfg.control).await?;
+        let (dict, dict_addr) = bind(cfg.dict).await?;
         let shared = Arc::new(state::Shared::new(cfg, tls.is_some())?);
         let cancel = CancellationToken::new();
         let (files, acceptor) = tls.map(|(f, a)| (Some(f), Some(a))).unwrap_or((None, None));
@@ -212,11 +224,13 @@ impl Simulator {
             }
         }));
         tasks.push(tokio::spawn(sweep_idle_streams(shared.clone(), cancel.clone())));
+        tasks.push(tokio::spawn(dict::serve(dict, shared.dict.clone(), acceptor.clone(), cancel.clone())));
         tracing::info!(primary = %primary_addr, secondary = %secondary_addr, control = %control_addr, seed = shared.seed, "ICOM simulator listening");
         Ok(RunningSim {
             primary: primary_addr,
             secondary: secondary_addr,
             control: control_addr,
+            dict: dict_addr,
             tls: files,
             seed: shared.seed,
             cancel,
@@ -251,9 +265,12 @@ impl RunningSim {
         }
     }
 
-    /// `{"primary":"127.0.0.1:P","secondary":"127.0.0.1:S","control":"127.0.0.1:C"}`
+    /// `{"primary":"127.0.0.1:P","secondary":"127.0.0.1:S","control":"127.0.0.1:C","dict":"127.0.0.1:D"}`
     pub fn addresses_json(&self) -> String {
-        format!(r#"{{"primary":"{}","secondary":"{}","control":"{}"}}"#, self.primary, self.secondary, self.control)
+        format!(
+            r#"{{"primary":"{}","secondary":"{}","control":"{}","dict":"{}"}}"#,
+            self.primary, self.secondary, self.control, self.dict
+        )
     }
 
     /// Stops accepting, drops every connection, ends every request being handled and waits for

@@ -72,6 +72,8 @@ pub struct Shared {
     /// The task of every request being handled: each outlives its client's connection, not the
     /// simulator (shutdown waits for them).
     pub requests: TaskTracker,
+    /// The simulated DICT (its own listener; the control API reads and sets it).
+    pub dict: Arc<super::dict::DictState>,
 }
 
 /// A well-mixed function of the seed (SplitMix64), for identifiers derived from it.
@@ -119,6 +121,11 @@ impl Shared {
             resource_salt: splitmix64(seed) as u32,
             resource_seq: AtomicU64::new(0),
             requests: TaskTracker::new(),
+            dict: Arc::new(super::dict::DictState::new(
+                seed,
+                cfg.ispbs.iter().map(|i| i.as_str().to_owned()).collect(),
+                &cfg.dict_category,
+            )),
             cfg,
         })
     }

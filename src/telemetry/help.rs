@@ -11,6 +11,31 @@ pub fn describe() {
     describe_outbound_bus();
     describe_redis();
     describe_incidents();
+    describe_dict();
+}
+
+fn describe_dict() {
+    metrics::describe_counter!(
+        "cabine_dict_lookups_total",
+        "DICT lookups answered to the bank core, by source (dict, cache, stale_cache; local for a refusal) and outcome (found, not_found, rate_limited, unavailable, malformed)."
+    );
+    metrics::describe_counter!(
+        "cabine_dict_cache_total",
+        "DICT cache reads by result: hit, miss, error (Redis unreachable)."
+    );
+    metrics::describe_histogram!("cabine_dict_request_seconds", "Seconds of one DICT request (GET entries/{Key}).");
+    metrics::describe_gauge!(
+        "cabine_dict_bucket_tokens",
+        "Tokens of the cluster's mirror of a DICT bucket (policy), as the last admission or policy sync saw them."
+    );
+    metrics::describe_counter!(
+        "cabine_dict_bucket_fail_open_total",
+        "DICT lookups admitted unchecked because Redis could not be asked (fail-open: the DICT's own bucket still stands)."
+    );
+    metrics::describe_counter!(
+        "cabine_dict_policy_syncs_total",
+        "Resynchronisations of the DICT buckets from GET /policies/, by outcome (ok, failed)."
+    );
 }
 
 fn describe_incidents() {
