@@ -211,7 +211,7 @@ fn tmux(socket: &str, args: &[&str]) -> anyhow::Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_watch_timing_report_and_dashboards_against_a_running_cluster() {
-    let c = cluster_support::start("cstat", 2, &[]).await;
+    let c = cluster_support::start("cstat", 2, &[&[("CABINE__DICT__ENABLED", "true")]]).await;
     run(c, async |c: &mut LocalCluster| {
         let held =
             eventually(Duration::from_secs(20), || async { stream_holders(c, 0).await.is_ok_and(|h| h.len() == 4) })

@@ -135,6 +135,20 @@ fn figures(run: &Value) -> String {
             f("send_1_client_msgs_per_s"),
             f("send_6_clients_msgs_per_s")
         )
+    } else if run["bench"] == "dict" {
+        format!(
+            "\n## bench dict\n\n| figure | value | bound (same run) |\n|---|---:|---:|\n\
+             | lookups per s | {} | pace asked {} |\n| highest one-second count | {} | |\n\
+             | p50 / p99 ms | {} / {} | |\n| distinct keys, cache hits, DICT 429s | {}, {}, {} | , 0, 0 |\n",
+            f("lookups_per_s"),
+            f("target_per_s"),
+            f("max_in_one_second"),
+            f("p50_ms"),
+            f("p99_ms"),
+            f("distinct_keys"),
+            f("cache_hits"),
+            f("sim_429")
+        )
     } else if let Some(scenario) = run["scenario"].as_str() {
         format!(
             "\n## chaos {scenario}\n\nverdict {}, faults {}, lost {}, duplicate rows {}, over cap {}, outbound lost {}\n",
@@ -288,6 +302,7 @@ mod tests {
             r#"{"msgs_per_s":1136.3,"bucket_bound_msgs_per_s":1200.0,"protocol_bound_msgs_per_s":3951.8,"bound_ratio":0.947,"rate":750.0,"lat_sent_p50_ms":30.5,"lat_sent_p99_ms":69.8,"sim_429":0,"duplicates_at_sim":0,"lost":0}"#,
             r#"{"read_1_stream_msgs_per_s":35390.0,"read_6_streams_msgs_per_s":53779.0,"send_1_client_msgs_per_s":34755.0,"send_6_clients_msgs_per_s":67590.0}"#,
             r#"{"scenario":"kill","ok":true,"faults":4,"lost":0,"duplicate_rows":0,"over_cap":0,"outbound_lost":0}"#,
+            r#"{"bench":"dict","distinct_keys":20000,"target_per_s":33.3,"lookups_per_s":33.2,"max_in_one_second":34,"p50_ms":2.1,"p99_ms":5.0,"cache_hits":0,"sim_429":0}"#,
         ];
         std::fs::write(dir.path().join("benches.jsonl"), lines.join("\n")).unwrap();
         let series = Series {
@@ -321,6 +336,7 @@ mod tests {
         );
         assert!(md.contains("| msgs_per_s | 1136.3 | bucket 1200 · protocol 3951.8 | 0.947 |"), "{md}");
         assert!(md.contains("## chaos kill\n\nverdict ok"), "{md}");
+        assert!(md.contains("| lookups per s | 33.2 | pace asked 33.3 |"), "{md}");
         assert!(md.contains("| read msg/s (streams) | 35390 | 53779 |") && !md.contains("## other"), "{md}");
         assert!(md.contains("![inbound messages per second](inbound-throughput.svg)"), "{md}");
         let svg = std::fs::read_to_string(dir.path().join("inbound-throughput.svg")).unwrap();

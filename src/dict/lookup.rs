@@ -98,6 +98,12 @@ impl Drop for Done<'_> {
 
 impl DictLookups {
     pub fn new(client: DictClient, buckets: DictBuckets, cache: DictCache) -> DictLookups {
+        // The series the alert rules read exist from the start (an absent series never fires).
+        for (source, outcome) in
+            [("dict", "found"), ("dict", "unavailable"), ("stale_cache", "found"), ("local", "rate_limited")]
+        {
+            metrics::counter!("cabine_dict_lookups_total", "source" => source, "outcome" => outcome).increment(0);
+        }
         DictLookups { client, buckets, cache, inflight: Mutex::new(HashMap::new()), synced: Mutex::new(None) }
     }
 
