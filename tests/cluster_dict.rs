@@ -82,9 +82,37 @@ async fn three_pods_share_the_dict_cache_and_bucket() {
             .await?;
         let printed: Value = serde_json::from_slice(&out.stdout).context("the CLI prints JSON")?;
         ensure!(out.status.success() && printed["source"] == "cache", "{printed}");
+        // Every pod's tree has its DictSync: the participant bucket as the DICT last reported it.
+        for i in 0..3 {
+            let actors = c.pod_json(i, "/actors").await?;
+            let node = find(&actors, "dict").with_context(|| format!("pod {i}: no dict node in /actors"))?;
+            ensure!(
+                node["details"]["participant_tokens"].is_u64() && node["details"]["syncs"].as_u64() >= Some(1),
+                "{node}"
+            );
+        }
+        // Restarted alone through the operator endpoint, it syncs again.
+        let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
+        let url = format!("http://{}/actors/dict/restart", c.pods[1].operator);
+        let restarted = reqwest::Client::new().post(url).bearer_auth(TOKEN).send().await?.status();
+        ensure!(restarted.is_success(), "restart dict: {restarted}");
+        let synced = cluster_support::eventually(Duration::from_secs(5), || async {
+            let actors = c.pod_json(1, "/actors").await.unwrap_or_default();
+            find(&actors, "dict").is_some_and(|n| n["state"] == "idle" && n["since_ms"].as_u64() >= Some(before))
+        })
+        .await;
+        ensure!(synced, "the restarted DictSync synced again");
         let metrics = reqwest::get(format!("http://{}/metrics", c.pods[0].http)).await?.text().await?;
         ensure!(metrics.contains(r#"cabine_dict_lookups_total{source="dict",outcome="found"} 1"#), "metrics");
         Ok(())
     })
     .await;
+}
+
+/// The node `id` of an `/actors` tree.
+fn find<'a>(node: &'a Value, id: &str) -> Option<&'a Value> {
+    if node["id"] == id {
+        return Some(node);
+    }
+    node["children"].as_array()?.iter().find_map(|child| find(child, id))
 }

@@ -64,7 +64,12 @@ fn holder_in(dom: &str, slot: u64) -> Option<String> {
 async fn the_page_shows_the_slot_map_through_a_failover_a_redis_outage_and_a_quarantine() {
     let mut redis = RedisServer::start().await.expect("a private redis");
     let url = redis.url();
-    let c = cluster_support::start("cpage", 3, &[&[("CABINE__REDIS__URL", url.as_str())]]).await;
+    let c = cluster_support::start(
+        "cpage",
+        3,
+        &[&[("CABINE__REDIS__URL", url.as_str()), ("CABINE__DICT__ENABLED", "true")]],
+    )
+    .await;
     run(c, async |c: &mut LocalCluster| {
         let held =
             eventually(Duration::from_secs(20), || async { stream_holders(c, 0).await.is_ok_and(|h| h.len() == 4) })
@@ -89,6 +94,10 @@ async fn the_page_shows_the_slot_map_through_a_failover_a_redis_outage_and_a_qua
             ensure!(dom.contains(&format!("data-pod=\"{}\"", pod.pod_id)), "pod {} listed", pod.pod_id);
         }
         ensure!(dom.contains("data-actor=\"root\"") && dom.contains("data-alerts=\"none\""), "tree and no alert");
+        ensure!(
+            dom.contains("data-actor=\"dict\"") && dom.contains("participant_tokens"),
+            "the DICT's node and its bucket"
+        );
         ensure!(!dom.contains("data-banner"), "no banner in normal operation");
         ensure!(dom.contains("data-lag=\"0\""), "nothing waiting for the bus");
 

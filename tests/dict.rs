@@ -234,3 +234,71 @@ async fn an_unreachable_redis_fails_open() {
     assert_eq!(a.source, Source::Dict);
     assert_eq!(r.audit().await["dict_lookups"], 1);
 }
+
+#[tokio::test]
+async fn a_429_from_the_dict_resynchronises_the_mirror() {
+    let r = rig("A", &[]).await;
+    let lookups = r.lookups().await;
+    // The mirror is full (never synced); the DICT's participant bucket is empty.
+    r.control("policies", Some(json!({"ispb": ISPB, "participant_tokens": 0}))).await;
+    let first = lookups.lookup("someone@exemplo.com.br", PAYER, E2E).await;
+    assert!(
+        matches!(&first, Err(LookupError::RateLimited { policy, .. }) if policy == "DICT RateLimited"),
+        "{first:?}"
+    );
+    // The 429 made the pod take the DICT's state: the next lookup is refused here, not there.
+    let second = lookups.lookup("someone.else@exemplo.com.br", PAYER, E2E).await;
+    assert!(
+        matches!(&second, Err(LookupError::RateLimited { policy, .. }) if policy == "ENTRIES_READ_PARTICIPANT_ANTISCAN"),
+        "{second:?}"
+    );
+    let audit = r.audit().await;
+    assert_eq!((audit["dict_429_participant"].as_u64(), audit["policy_reads"].as_u64()), (Some(1), Some(1)), "{audit}");
+}
+
+#[tokio::test]
+async fn the_dict_speaks_mtls_and_knows_who_asks() {
+    cabine::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = SimConfig::new(vec![ISPB.parse().unwrap(), "99999011".parse().unwrap()]);
+    cfg.seed = Some(7);
+    cfg.tls =
+        Some(cabine::sim::TlsOptions { dir: dir.path().to_owned(), server_key: cabine::sim::ServerKeyKind::Ecdsa });
+    let sim = Simulator::start(cfg).await.expect("the simulator starts");
+    let files = sim.tls.as_ref().expect("the PKI");
+    let mine = files.client(ISPB).expect("our certificate");
+    let env = |ispb: &str| -> HashMap<String, String> {
+        [
+            ("CABINE__DICT__ENABLED", "true".to_owned()),
+            ("CABINE__DICT__BASE_URL", format!("https://{}/api/v1/", sim.dict)),
+            ("CABINE__DICT__CA_FILE", files.ca_cert.display().to_string()),
+            ("CABINE__DICT__CERT_FILE", mine.cert.display().to_string()),
+            ("CABINE__DICT__KEY_FILE", mine.key.display().to_string()),
+            ("CABINE__CLUSTER__ISPB", ispb.to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    };
+    let settings = Settings::from_sources(DEFAULT_TOML, None, &env(ISPB)).expect("settings");
+    let client = DictClient::new(&settings.dict, &settings.cluster.ispb).expect("an mTLS client");
+    assert!(client.policies().await.is_ok_and(|p| p.category == "A"));
+    assert_eq!(client.entry("nobody@exemplo.com.br", &headers()).await.unwrap(), Found::NotFound);
+    // Our certificate, another participant's header: 403, an error of ours (never retried as an outage).
+    let other = Settings::from_sources(DEFAULT_TOML, None, &env("99999011")).expect("settings");
+    let wrong = DictClient::new(&other.dict, &other.cluster.ispb).expect("client");
+    assert!(matches!(wrong.entry("a@b.c", &headers()).await, Err(DictError::Malformed(m)) if m.contains("403")));
+    // No client certificate: the handshake is refused, the DICT unreachable.
+    let plain = DictClient::new(
+        &Settings::from_sources(
+            DEFAULT_TOML,
+            None,
+            &[("CABINE__DICT__BASE_URL".to_owned(), format!("http://{}/api/v1/", sim.dict))].into(),
+        )
+        .unwrap()
+        .dict,
+        &settings.cluster.ispb,
+    )
+    .unwrap();
+    assert!(matches!(plain.entry("a@b.c", &headers()).await, Err(DictError::Unavailable(_))));
+}

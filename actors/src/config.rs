@@ -9,7 +9,7 @@ use crate::failover::FailoverConfig;
 use crate::outbound::{OutboundConfig, OutboundPorts};
 use crate::ports::incident::IncidentLog;
 use crate::ports::reconcile::Reconciliation;
-use crate::ports::{IcomConnector, InboundPublisher, InboxStore, LeaseStore, PodRegistry};
+use crate::ports::{DictPolicies, IcomConnector, InboundPublisher, InboxStore, LeaseStore, PodRegistry};
 use crate::tree::reconciler::ReconcileSchedule;
 use crate::watchdog::WatchdogConfig;
 
@@ -35,6 +35,8 @@ pub struct TreeConfig {
     pub watchdog: WatchdogConfig,
     /// The Reconciler's schedule; `None` (or no reconciler port): no reconciliation.
     pub reconcile: Option<ReconcileSchedule>,
+    /// How often the DictSync actor takes the DICT's buckets; `None` (or no dict port): no DictSync.
+    pub dict_sync: Option<Duration>,
 }
 
 /// Timings (DESIGN §6). The lease length itself lives in the lease store: the
@@ -144,6 +146,7 @@ impl TreeConfig {
             failover: FailoverConfig::default(),
             watchdog: WatchdogConfig::default(),
             reconcile: None,
+            dict_sync: None,
         }
     }
 
@@ -208,6 +211,8 @@ pub struct Ports {
     pub reconciler: Option<Arc<dyn Reconciliation>>,
     /// Failovers and quarantines, for the incident report.
     pub incidents: Arc<dyn IncidentLog>,
+    /// Needed when [`TreeConfig::dict_sync`] is set.
+    pub dict: Option<Arc<dyn DictPolicies>>,
 }
 
 #[cfg(test)]

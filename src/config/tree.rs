@@ -78,6 +78,7 @@ impl Settings {
         config.watchdog = self.watchdog.config(self.pools.send.get());
         config.outbound = self.outbound.enabled.then(|| self.outbound_actors());
         config.reconcile = self.reconciles().then(|| self.reconcile.schedule());
+        config.dict_sync = self.dict.enabled.then_some(self.dict.policy_sync_interval);
         config
     }
 }

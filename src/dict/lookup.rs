@@ -255,14 +255,10 @@ impl DictLookups {
     }
 }
 
-/// Resynchronises the buckets every `every` until the pod stops (spawned by `cabine run`).
-pub fn spawn_policy_sync(lookups: Arc<DictLookups>, every: Duration) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            if let Err(e) = lookups.sync().await {
-                tracing::warn!(error = %e, "DICT policies not synchronised; the local buckets go on alone");
-            }
-            tokio::time::sleep(every).await;
-        }
-    })
+#[async_trait::async_trait]
+impl cabine_actors::ports::DictPolicies for DictLookups {
+    async fn sync(&self) -> Result<cabine_actors::ports::DictLevel, cabine_actors::ports::DictSyncError> {
+        let tokens = DictLookups::sync(self).await.map_err(cabine_actors::ports::DictSyncError::Unavailable)?;
+        Ok(cabine_actors::ports::DictLevel { participant_tokens: tokens })
+    }
 }

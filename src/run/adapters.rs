@@ -168,7 +168,8 @@ impl Adapters {
         Ok(Adapters { leases, pods, inbox, publisher, icom, outbound, reconciler, incidents })
     }
 
-    pub fn ports(&self) -> Ports {
+    /// The tree's ports; `dict`: the DICT side's lookups, when it is on.
+    pub fn ports(&self, dict: Option<Arc<crate::dict::DictLookups>>) -> Ports {
         Ports {
             leases: self.leases.clone(),
             pods: self.pods.clone(),
@@ -178,6 +179,7 @@ impl Adapters {
             outbound: self.outbound.as_ref().map(|o| o.ports(self.icom.clone())),
             reconciler: self.reconciler.clone().map(|r| r as Arc<dyn Reconciliation>),
             incidents: self.incidents.clone(),
+            dict: dict.map(|d| d as Arc<dyn cabine_actors::ports::DictPolicies>),
         }
     }
 

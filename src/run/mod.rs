@@ -111,12 +111,6 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(crate::EXIT_CONFIG));
         }
     };
-    let tree = Tree::start(settings.tree_config(&pod_id), adapters.ports()).await.context("starting the actor tree")?;
-    let tree = Arc::new(tree);
-    let hints = adapters.outbound.is_some().then(|| {
-        let subject = crate::bus::Subjects::new(&settings.nats, &settings.cluster.ispb).work_hints();
-        crate::outbound::hints::relay(deps.nats.clone(), subject, tree.outbound_signal())
-    });
     let dict = match crate::dict::from_settings(&settings, deps.redis.clone()) {
         Ok(d) => d,
         Err(e) => {
@@ -124,7 +118,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(crate::EXIT_CONFIG));
         }
     };
-    let dict_sync = dict.clone().map(|d| crate::dict::lookup::spawn_policy_sync(d, settings.dict.policy_sync_interval));
+    let ports = adapters.ports(dict.clone());
+    let tree = Tree::start(settings.tree_config(&pod_id), ports).await.context("starting the actor tree")?;
+    let tree = Arc::new(tree);
+    let hints = adapters.outbound.is_some().then(|| {
+        let subject = crate::bus::Subjects::new(&settings.nats, &settings.cluster.ispb).work_hints();
+        crate::outbound::hints::relay(deps.nats.clone(), subject, tree.outbound_signal())
+    });
     let operator = http::Operator {
         tree: tree.clone(),
         cluster: Arc::new(adapters.cluster_source(&settings)),
@@ -165,9 +165,6 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let _ = stop_tx.send(true);
     if let Some(relay) = &hints {
         relay.abort();
-    }
-    if let Some(sync) = &dict_sync {
-        sync.abort();
     }
     listeners.closed(std::time::Duration::from_millis(500)).await;
     Ok(code)

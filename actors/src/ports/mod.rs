@@ -8,6 +8,7 @@
 pub mod breaker;
 pub mod cluster;
 pub mod confirm;
+pub mod dict;
 pub mod gate;
 pub mod icom;
 pub mod icom_send;
@@ -22,6 +23,7 @@ pub mod reconcile;
 
 pub use cluster::{ClusterError, PodBeat, PodRegistry};
 pub use confirm::{ConfirmError, Confirmations, Correlated};
+pub use dict::{DictLevel, DictPolicies, DictSyncError};
 pub use gate::{GateClaim, GateError, SendGates};
 pub use icom::{CloseOutcome, IcomConnector, IcomStream, InboundMessage, MessageMeta, PollOutcome};
 pub use icom_send::{IcomSender, SendConnector, SendRefused, SendReply};

@@ -170,6 +170,7 @@ impl FakeWorld {
             }),
             reconciler: None,
             incidents: self.incidents.clone(),
+            dict: None,
         }
     }
 }

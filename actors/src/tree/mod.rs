@@ -9,11 +9,13 @@
 //!      ├─ Channel(csm) ── Slot(csm,1) … Slot(csm,N)
 //!      ├─ OutboundDispatcher, Confirmer          (when outbound is configured)
 //!      ├─ SendChannel(cpm) ── Sender(cpm,1) … Sender(cpm,K)
-//!      └─ Watchdog                               (cluster view, alerts, orphan sightings)
+//!      ├─ Watchdog                               (cluster view, alerts, orphan sightings)
+//!      └─ DictSync                               (when the DICT side is on: the DICT's buckets)
 //! ```
 
 pub mod channel;
 pub mod context;
+pub mod dict_sync;
 mod drain;
 pub mod exits;
 pub mod heartbeat;

@@ -11,12 +11,14 @@
 //! process exits non-zero so the orchestrator replaces the pod. Operator
 //! restarts are immediate and not counted. While draining nothing restarts.
 //! With outbound configured, OutboundDispatcher, Confirmer and one SendChannel
-//! per channel are Root children under the same rules, and so is the Watchdog.
+//! per channel are Root children under the same rules, and so are the Watchdog
+//! and, with the DICT side on, DictSync.
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
 
 use super::channel::{Channel, ChannelMsg};
+use super::dict_sync::{self, DictSync};
 use super::exits::{self, ChildKey};
 use super::heartbeat::{self, HeartbeatMsg, LeaseHeartbeat};
 use super::leader::{self, Leader, LeaderMsg};
@@ -38,6 +40,7 @@ pub enum RootChild {
     Confirmer,
     Senders(ChannelId),
     Watchdog,
+    DictSync,
 }
 
 impl ChildKey for RootChild {
@@ -50,6 +53,7 @@ impl ChildKey for RootChild {
             RootChild::Confirmer => confirmer::ID.into(),
             RootChild::Senders(ch) => SendChannel::id(*ch),
             RootChild::Watchdog => watchdog::ID.into(),
+            RootChild::DictSync => dict_sync::ID.into(),
         }
     }
 
@@ -62,6 +66,7 @@ impl ChildKey for RootChild {
             RootChild::Confirmer => "confirmer",
             RootChild::Senders(_) => "senders",
             RootChild::Watchdog => "watchdog",
+            RootChild::DictSync => "dict",
         }
     }
 
@@ -73,7 +78,7 @@ impl ChildKey for RootChild {
             RootChild::Channel(ch) => owner.starts_with(&format!("slot/{ch}/")),
             RootChild::Dispatcher | RootChild::Confirmer => false,
             RootChild::Senders(ch) => owner.starts_with(&format!("sender/{ch}/")),
-            RootChild::Watchdog => false,
+            RootChild::Watchdog | RootChild::DictSync => false,
         }
     }
 }
@@ -181,6 +186,10 @@ impl Root {
                 Actor::spawn_linked(None, Channel { channel, ctx }, (), sup).await?.0.get_cell()
             }
             RootChild::Watchdog => Actor::spawn_linked(None, Watchdog { ctx }, (), sup).await?.0.get_cell(),
+            RootChild::DictSync => {
+                let every = ctx.config.dict_sync.ok_or("DictSync without dict_sync")?;
+                Actor::spawn_linked(None, DictSync { ctx, every }, (), sup).await?.0.get_cell()
+            }
             outbound => {
                 let (config, ports) = ctx.outbound().ok_or("outbound actors without outbound ports")?;
                 match outbound {
@@ -265,6 +274,9 @@ impl Root {
             children.extend(c.channels.iter().map(|ch| RootChild::Senders(*ch)));
         }
         children.push(RootChild::Watchdog);
+        if c.dict_sync.is_some() && self.ctx.ports.dict.is_some() {
+            children.push(RootChild::DictSync);
+        }
         children
     }
 

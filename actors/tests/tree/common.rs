@@ -71,6 +71,7 @@ pub fn config(pod: &str, slots: u8) -> TreeConfig {
         failover: failover(),
         watchdog: watchdog(),
         reconcile: None,
+        dict_sync: None,
     }
 }
 
