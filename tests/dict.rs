@@ -237,7 +237,8 @@ async fn an_unreachable_redis_fails_open() {
 
 #[tokio::test]
 async fn a_429_from_the_dict_resynchronises_the_mirror() {
-    let r = rig("A", &[]).await;
+    // Category F: 2 tokens a minute, so the emptied bucket stays empty for the test.
+    let r = rig("F", &[]).await;
     let lookups = r.lookups().await;
     // The mirror is full (never synced); the DICT's participant bucket is empty.
     r.control("policies", Some(json!({"ispb": ISPB, "participant_tokens": 0}))).await;
@@ -301,4 +302,27 @@ async fn the_dict_speaks_mtls_and_knows_who_asks() {
     )
     .unwrap();
     assert!(matches!(plain.entry("a@b.c", &headers()).await, Err(DictError::Unavailable(_))));
+}
+
+#[tokio::test]
+async fn the_mirror_refills_at_the_rate_the_dict_reported() {
+    use cabine::dict::bucket::{Admission, DictBuckets, PARTICIPANT};
+    use std::sync::atomic::Ordering;
+    let r = rig("F", &[]).await;
+    let redis = cabine::redis::connect(&r.settings.redis).expect("redis");
+    fred::interfaces::ClientLike::wait_for_connect(&redis).await.expect("redis connects");
+    let (clock, now) = cabine::redis::guard::ScriptClock::pinned(1_000_000);
+    let buckets = DictBuckets::new(redis, cabine::harness::unique_name("dict_refill"), "A", clock);
+    // The DICT's state wins over the configured category: 3 tokens of 1,000, 2 per minute.
+    buckets.set_participant(3.0, 1000.0, 2.0).await.unwrap();
+    assert!(matches!(buckets.admit("EVP", PAYER).await, Admission::Admitted { participant_left: 0 }));
+    let refused = buckets.admit("EVP", PAYER).await;
+    assert_eq!(refused, Admission::Refused { policy: PARTICIPANT, retry_after: Duration::from_secs(30) });
+    now.fetch_add(29_000, Ordering::SeqCst);
+    assert!(matches!(buckets.admit("EVP", PAYER).await, Admission::Refused { .. }), "29 s: not yet one token");
+    now.fetch_add(1_000, Ordering::SeqCst);
+    assert!(matches!(buckets.admit("EVP", PAYER).await, Admission::Admitted { .. }), "30 s: one token");
+    // A found entry gives back what the 404's pre-charge took beyond its cost.
+    buckets.refund("EVP", PAYER, (2.0, 19.0)).await;
+    assert_eq!(buckets.participant_tokens().await.unwrap(), 0, "1 - 3 + 2");
 }
