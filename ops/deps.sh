@@ -17,6 +17,13 @@ wait_port() {
 }
 
 need_cmd() { command -v "$1" >/dev/null 2>&1; }
+# Debian packages without their recommends; the package lists fetched when absent or stale.
+apt_install() {
+  export DEBIAN_FRONTEND=noninteractive
+  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+}
 
 missing=()
 need_cmd curl || missing+=(curl)
@@ -35,13 +42,10 @@ fi
 # ships is not wanted: policy-rc.d keeps the package from starting it.
 if ! need_cmd promtool; then
   say "installing prometheus (for promtool; its server is not started)"
-  export DEBIAN_FRONTEND=noninteractive
-  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
   policy=/usr/sbin/policy-rc.d
   had_policy=0; [ -e "$policy" ] && had_policy=1
   [ "$had_policy" = 1 ] || { printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; }
-  apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+  apt_install prometheus
   [ "$had_policy" = 1 ] || rm -f "$policy"
 fi
 
@@ -51,10 +55,7 @@ need_cmd chromium || ui+=(chromium)
 need_cmd tmux || ui+=(tmux)
 if [ ${#ui[@]} -gt 0 ]; then
   say "installing ${ui[*]} (apt-get; the status page and terminal tests)"
-  export DEBIAN_FRONTEND=noninteractive
-  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${ui[@]}" >/dev/null \
-    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${ui[@]}" >/dev/null; }
+  apt_install "${ui[@]}"
 fi
 
 # buildah and podman (the image tests build an image with buildah, registry-free; containers
@@ -67,10 +68,7 @@ need_cmd podman || images+=(podman)
 need_cmd unshare || images+=(util-linux)
 if [ ${#images[@]} -gt 0 ]; then
   say "installing ${images[*]} (apt-get; the container image tests)"
-  export DEBIAN_FRONTEND=noninteractive
-  [ -n "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null)" ] || apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${images[@]}" >/dev/null \
-    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${images[@]}" >/dev/null; }
+  apt_install "${images[@]}"
 fi
 KUBERNETES_VALIDATE=1.37.0
 if [ "$(kubernetes-validate --version 2>/dev/null)" != "$KUBERNETES_VALIDATE" ]; then

@@ -10,6 +10,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use serde_json::Value;
 
@@ -186,18 +188,11 @@ fn plot_bands(
     marks: &[(f64, String)],
 ) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
     let x_max = t_s.last().copied().unwrap_or(1.0).max(1.0);
     let total: Vec<f64> = (0..t_s.len()).map(|i| bands.iter().map(|(_, v)| v[i]).sum()).collect();
     let y_max = total.iter().copied().fold(1.0, f64::max) * 1.15;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(plot_error)?;
-    chart.configure_mesh().x_desc("seconds since the traffic started").y_desc("slots").draw().map_err(plot_error)?;
+    let axes = ("seconds since the traffic started", "slots");
+    let mut chart = chart(&root, title, (0.0..x_max, 0.0..y_max), axes)?;
     let mut below = vec![0.0; t_s.len()];
     for (i, (name, values)) in bands.iter().enumerate() {
         let colour = if i + 1 == bands.len() { GREY } else { COLOURS[i % COLOURS.len()] };
@@ -246,17 +241,9 @@ fn draw_marks<DB: DrawingBackend>(
 /// Named lines over the series' seconds.
 fn plot_lines(path: &Path, title: &str, unit: &str, t_s: &[f64], lines: &[(String, Vec<f64>)]) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
     let x_max = t_s.last().copied().unwrap_or(1.0).max(1.0);
     let y_max = lines.iter().flat_map(|(_, v)| v.iter().copied()).fold(1.0, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(plot_error)?;
-    chart.configure_mesh().x_desc("seconds since the first message").y_desc(unit).draw().map_err(plot_error)?;
+    let mut chart = chart(&root, title, (0.0..x_max, 0.0..y_max), ("seconds since the first message", unit))?;
     for (i, (name, values)) in lines.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
         chart
@@ -271,19 +258,33 @@ fn plot_lines(path: &Path, title: &str, unit: &str, t_s: &[f64], lines: &[(Strin
 
 fn plot_cdf(path: &Path, s: &Series) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
     let x_max = s.cdf_ms.iter().copied().fold(1.0, f64::max) * 1.05;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{}: {} (CDF)", s.bench, s.cdf_of), ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..1.0)
-        .map_err(plot_error)?;
-    chart.configure_mesh().x_desc("ms").y_desc("fraction of messages").draw().map_err(plot_error)?;
+    let title = format!("{}: {} (CDF)", s.bench, s.cdf_of);
+    let mut chart = chart(&root, &title, (0.0..x_max, 0.0..1.0), ("ms", "fraction of messages"))?;
     let points = s.cdf_ms.iter().copied().zip(s.cdf_quantiles.iter().copied());
     chart.draw_series(LineSeries::new(points, COLOURS[0].stroke_width(2))).map_err(plot_error)?;
     root.present().map_err(plot_error)
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A white 900×420 SVG with its caption, axes over `x` × `y` and their descriptions.
+fn chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
+    (x_desc, y_desc): (&str, &str),
+) -> anyhow::Result<Chart<'a, 'b>> {
+    root.fill(&WHITE).map_err(plot_error)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x, y)
+        .map_err(plot_error)?;
+    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(plot_error)?;
+    Ok(chart)
 }
 
 fn plot_error<E: std::fmt::Display>(e: E) -> anyhow::Error {
