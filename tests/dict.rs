@@ -185,8 +185,9 @@ async fn found_and_missing_keys_are_cached_for_their_own_lifetimes() {
 }
 
 #[tokio::test]
-async fn a_dict_outage_serves_stale_entries_whose_owner_cannot_have_changed() {
-    let r = rig("A", &[("CABINE__DICT__CACHE_FOUND_TTL", "300ms")]).await;
+async fn a_dict_outage_serves_stale_copies_only_of_entries_without_an_open_claim() {
+    let ttls = [("CABINE__DICT__CACHE_FOUND_TTL", "300ms"), ("CABINE__DICT__CACHE_NOT_FOUND_TTL", "300ms")];
+    let r = rig("A", &ttls).await;
     let lookups = r.lookups().await;
     let plain = r.keys("CPF", 0, 1).await.remove(0);
     let claimed = r.keys("CPF", 49, 1).await.remove(0);
@@ -208,18 +209,38 @@ async fn a_dict_outage_serves_stale_entries_whose_owner_cannot_have_changed() {
 }
 
 #[tokio::test]
-async fn concurrent_lookups_of_one_key_make_one_request() {
+async fn concurrent_lookups_of_one_key_by_one_payer_make_one_request() {
     let r = rig("A", &[]).await;
     r.control("faults", Some(json!({"latency_ms": 200}))).await;
     let lookups = r.lookups().await;
     let key = r.keys("EMAIL", 5, 1).await.remove(0);
-    let all = (0..20).map(|_| {
+    let all = (0..30).map(|i| {
         let (l, k) = (lookups.clone(), key.clone());
-        tokio::spawn(async move { l.lookup(&k, PAYER, E2E).await })
+        // Two payers: each is asked about under its own PI-PayerId.
+        let payer = if i % 3 == 0 { "11222333000181" } else { PAYER };
+        tokio::spawn(async move { l.lookup(&k, payer, E2E).await })
     });
     let answers: Vec<_> = futures::future::join_all(all).await.into_iter().map(|j| j.unwrap().unwrap()).collect();
     assert!(answers.iter().all(|a| a.entry.as_ref().is_some_and(|e| e.key == key)));
-    assert_eq!(r.audit().await["dict_lookups"], 1, "20 callers, one request");
+    assert_eq!(r.audit().await["dict_lookups"], 2, "30 callers, two payers, two requests");
+}
+
+#[tokio::test]
+async fn a_cached_answer_still_costs_the_payer_its_anti_scan_tokens() {
+    let r = rig("A", &[]).await;
+    let lookups = r.lookups().await;
+    // A natural person's bucket holds 100 tokens; a key not found costs 20, cached or not.
+    let other = "12345678909";
+    assert!(lookups.lookup("gone@exemplo.com.br", other, E2E).await.is_ok_and(|a| a.source == Source::Dict));
+    let mut sources = Vec::new();
+    for _ in 0..6 {
+        sources.push(lookups.lookup("gone@exemplo.com.br", PAYER, E2E).await.map(|a| a.source));
+    }
+    assert!(sources[..5].iter().all(|s| *s == Ok(Source::Cache)), "5 × 20 tokens: {sources:?}");
+    assert!(
+        matches!(&sources[5], Err(LookupError::RateLimited { policy, .. }) if policy == "ENTRIES_READ_USER_ANTISCAN")
+    );
+    assert_eq!(r.audit().await["dict_lookups"], 1, "the DICT was asked once");
 }
 
 #[tokio::test]
@@ -315,14 +336,20 @@ async fn the_mirror_refills_at_the_rate_the_dict_reported() {
     let buckets = DictBuckets::new(redis, cabine::harness::unique_name("dict_refill"), "A", clock);
     // The DICT's state wins over the configured category: 3 tokens of 1,000, 2 per minute.
     buckets.set_participant(3.0, 1000.0, 2.0).await.unwrap();
-    assert!(matches!(buckets.admit("EVP", PAYER).await, Admission::Admitted { participant_left: 0 }));
+    assert!(matches!(buckets.admit("EVP", PAYER).await, Admission::Admitted { participant_left: 0, .. }));
     let refused = buckets.admit("EVP", PAYER).await;
     assert_eq!(refused, Admission::Refused { policy: PARTICIPANT, retry_after: Duration::from_secs(30) });
     now.fetch_add(29_000, Ordering::SeqCst);
     assert!(matches!(buckets.admit("EVP", PAYER).await, Admission::Refused { .. }), "29 s: not yet one token");
     now.fetch_add(1_000, Ordering::SeqCst);
-    assert!(matches!(buckets.admit("EVP", PAYER).await, Admission::Admitted { .. }), "30 s: one token");
+    let Admission::Admitted { epoch, .. } = buckets.admit("EVP", PAYER).await else { panic!("30 s: one token") };
     // A found entry gives back what the 404's pre-charge took beyond its cost.
-    buckets.refund("EVP", PAYER, (2.0, 19.0)).await;
+    buckets.refund("EVP", PAYER, (2.0, 19.0), epoch).await;
     assert_eq!(buckets.participant_tokens().await.unwrap(), 0, "1 - 3 + 2");
+    // The DICT's state taken while a lookup is out: its refund is not added to the DICT's figure.
+    buckets.set_participant(10.0, 1000.0, 2.0).await.unwrap();
+    let Admission::Admitted { epoch: before, .. } = buckets.admit("EVP", PAYER).await else { panic!("admitted") };
+    buckets.set_participant(10.0, 1000.0, 2.0).await.unwrap();
+    buckets.refund("EVP", PAYER, (2.0, 19.0), before).await;
+    assert_eq!(buckets.participant_tokens().await.unwrap(), 10, "the DICT's figure already holds that lookup");
 }

@@ -27,6 +27,10 @@ pub struct DictSettings {
     /// Bound on one DICT request.
     #[serde(with = "humantime_serde")]
     pub request_timeout: Duration,
+    /// The cache's own Redis (`redis://` or `rediss://`, with the `redis.*` TLS files and password);
+    /// empty: the pod's Redis. In production give the cache a Redis of its own: its size grows with
+    /// the distinct keys looked up, and the leases must never share its memory pressure.
+    pub cache_url: String,
     /// Lifetime of a found entry in the cache.
     #[serde(with = "humantime_serde")]
     pub cache_found_ttl: Duration,

@@ -1,7 +1,9 @@
 //! The DICT buckets shared by the cluster in Redis (`bucket.lua`, one round
 //! trip per stage): a lookup is admitted and pre-charged its worst cost (a
-//! 404), the difference refunded once the DICT answered; the Central Bank's
-//! state (`GET /policies/`) overwrites the participant bucket. Unreachable
+//! 404), the difference refunded once the DICT answered (not to a participant
+//! bucket the Central Bank's state overwrote meanwhile: a new epoch); a cached
+//! answer charges the payer's bucket alone; the Central Bank's state
+//! (`GET /policies/{policy}`) overwrites the participant bucket. Unreachable
 //! Redis admits (fail-open: rate limits, not the connection cap), logged and
 //! counted — the Central Bank's own bucket still stands behind it.
 
@@ -46,8 +48,9 @@ fn user_limits(payer_id: &str) -> (f64, f64) {
 /// What the buckets said of a lookup.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Admission {
-    /// Admitted and pre-charged; `participant_left` tokens after the charge.
-    Admitted { participant_left: i64 },
+    /// Admitted and pre-charged; `participant_left` tokens after the charge; `epoch` of the
+    /// participant bucket (a refund after a newer `set` leaves the participant bucket alone).
+    Admitted { participant_left: i64, epoch: i64 },
     /// Refused: the named policy's bucket is empty for `retry_after`.
     Refused { policy: &'static str, retry_after: Duration },
     /// Redis could not be asked: admitted without a charge (fail-open).
@@ -105,24 +108,20 @@ impl DictBuckets {
 
     /// Admits a lookup of a `key_type` key for `payer_id`, pre-charging a 404's cost.
     pub async fn admit(&self, key_type: &str, payer_id: &str) -> Admission {
-        match self.call("admit", key_type, payer_id, COST_NOT_FOUND, (0.0, 0.0)).await {
-            Ok(r) if r.first() == Some(&1) => Admission::Admitted { participant_left: r.get(3).copied().unwrap_or(0) },
-            Ok(r) => {
-                let policy = if r.get(1) == Some(&1) { PARTICIPANT } else { user_policy(key_type) };
-                let wait = u64::try_from(r.get(2).copied().unwrap_or(1000)).unwrap_or(1000).max(1);
-                Admission::Refused { policy, retry_after: Duration::from_millis(wait) }
-            }
-            Err(e) => {
-                metrics::counter!("cabine_dict_bucket_fail_open_total").increment(1);
-                tracing::warn!(error = %e, "DICT bucket unreachable: lookup admitted unchecked (fail-open)");
-                Admission::Unchecked(e)
-            }
-        }
+        admission(self.call("admit", key_type, payer_id, COST_NOT_FOUND, (0.0, 0.0)).await, key_type)
     }
 
-    /// Gives back what an admitted lookup was pre-charged beyond its real cost.
-    pub async fn refund(&self, key_type: &str, payer_id: &str, amounts: (f64, f64)) {
-        if let Err(e) = self.call("refund", key_type, payer_id, amounts, (0.0, 0.0)).await {
+    /// A cached answer served to `payer_id`: its user bucket pays what the DICT would have
+    /// charged (1, or 20 for a key not found), so a payer cannot scan keys through the cache.
+    /// The participant bucket is not touched: the DICT was not asked.
+    pub async fn charge_user(&self, key_type: &str, payer_id: &str, found: bool) -> Admission {
+        let cost = if found { COST_FOUND.1 } else { COST_NOT_FOUND.1 };
+        admission(self.call("charge_user", key_type, payer_id, (0.0, cost), (0.0, 0.0)).await, key_type)
+    }
+
+    /// Gives back what an admitted lookup (of participant `epoch`) was pre-charged beyond its real cost.
+    pub async fn refund(&self, key_type: &str, payer_id: &str, amounts: (f64, f64), epoch: i64) {
+        if let Err(e) = self.call("refund", key_type, payer_id, amounts, (epoch as f64, 0.0)).await {
             tracing::warn!(error = %e, "DICT bucket refund lost (the mirror stays lower: it refuses earlier)");
         }
     }
@@ -140,5 +139,25 @@ impl DictBuckets {
     /// The participant bucket's tokens now (metrics, status).
     pub async fn participant_tokens(&self) -> Result<i64, String> {
         self.call("peek", "EVP", "00000000000", (0.0, 0.0), (0.0, 0.0)).await.map(|r| r.get(3).copied().unwrap_or(0))
+    }
+}
+
+/// What the script's reply (`{admitted, refused by, wait_ms, participant, user, epoch}`) says.
+fn admission(reply: Result<Vec<i64>, String>, key_type: &str) -> Admission {
+    match reply {
+        Ok(r) if r.first() == Some(&1) => Admission::Admitted {
+            participant_left: r.get(3).copied().unwrap_or(0),
+            epoch: r.get(5).copied().unwrap_or(0),
+        },
+        Ok(r) => {
+            let policy = if r.get(1) == Some(&1) { PARTICIPANT } else { user_policy(key_type) };
+            let wait = u64::try_from(r.get(2).copied().unwrap_or(1000)).unwrap_or(1000).max(1);
+            Admission::Refused { policy, retry_after: Duration::from_millis(wait) }
+        }
+        Err(e) => {
+            metrics::counter!("cabine_dict_bucket_fail_open_total").increment(1);
+            tracing::warn!(error = %e, "DICT bucket unreachable: lookup admitted unchecked (fail-open)");
+            Admission::Unchecked(e)
+        }
     }
 }

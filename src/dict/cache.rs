@@ -1,7 +1,9 @@
 //! The cluster's DICT lookup cache in Redis: a found entry for
-//! `cache_found_ttl`, a "not found" for `cache_not_found_ttl`, never an
-//! error; and, for a found entry without an open claim, a stale copy kept for
-//! `stale_ttl` that is served only while the DICT cannot answer.
+//! `cache_found_ttl` (one with an open claim, like a "not found", for
+//! `cache_not_found_ttl`), never an error; and, for a found entry without an
+//! open claim, a stale copy kept for `stale_ttl` that is served only while the
+//! DICT cannot answer. It may live on a Redis of its own (`dict.cache_url`),
+//! apart from the leases.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -72,7 +74,9 @@ impl DictCache {
     /// Caches what the DICT answered; a found entry without an open claim also as the stale copy.
     pub async fn put(&self, key: &str, answer: &Cached) -> Result<(), String> {
         let text = serde_json::to_string(answer).map_err(|e| e.to_string())?;
-        let ttl = if answer.entry.is_some() { self.found_ttl } else { self.not_found_ttl };
+        // An entry with an open claim may change owner soon: it lives no longer than a "not found".
+        let claimed = answer.entry.as_ref().is_some_and(|e| e.open_claim_creation_date.is_some());
+        let ttl = if answer.entry.is_some() && !claimed { self.found_ttl } else { self.not_found_ttl };
         let px = |d: Duration| Some(Expiration::PX(d.as_millis().max(1) as i64));
         let () = self
             .client

@@ -106,9 +106,19 @@ impl DictClient {
         }
     }
 
-    /// `GET policies/`: the participant's category and buckets.
+    /// `GET policies/`: the participant's category and buckets (POLICIES_LIST: 6 a minute).
     pub async fn policies(&self) -> Result<Policies, DictError> {
-        let request = self.http.get(self.policies.clone()).header("PI-RequestingParticipant", self.ispb.as_str());
+        self.read_policies(self.policies.clone()).await
+    }
+
+    /// `GET policies/{name}`: one bucket (POLICIES_READ: 60 a minute).
+    pub async fn policy(&self, name: &str) -> Result<Policies, DictError> {
+        let url = self.policies.join(name).map_err(|e| DictError::Setup(e.to_string()))?;
+        self.read_policies(url).await
+    }
+
+    async fn read_policies(&self, url: Url) -> Result<Policies, DictError> {
+        let request = self.http.get(url).header("PI-RequestingParticipant", self.ispb.as_str());
         let (status, body) = self.exchange(request).await?;
         match status {
             StatusCode::OK => xml::policies(&body).map_err(|e| DictError::Malformed(e.to_string())),
@@ -117,10 +127,10 @@ impl DictClient {
     }
 
     async fn exchange(&self, request: reqwest::RequestBuilder) -> Result<(StatusCode, String), DictError> {
-        let mut response = request.send().await.map_err(|e| DictError::Unavailable(transport(&e)))?;
+        let mut response = request.send().await.map_err(|e| DictError::Unavailable(transport(e)))?;
         let status = response.status();
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| DictError::Unavailable(transport(&e)))? {
+        while let Some(chunk) = response.chunk().await.map_err(|e| DictError::Unavailable(transport(e)))? {
             if body.len() + chunk.len() > MAX_BODY {
                 return Err(DictError::Malformed(format!("answer over {MAX_BODY} bytes")));
             }
@@ -140,6 +150,13 @@ fn refusal(status: StatusCode, body: &str) -> DictError {
     }
 }
 
-fn transport(e: &reqwest::Error) -> String {
-    if e.is_timeout() { "timed out".into() } else { format!("{e}") }
+/// A transport error's text without its URL (the key is payment data): `connect: …` when no
+/// connection was made, so the caller knows the DICT cannot have counted the request.
+fn transport(e: reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "timed out".into();
+    }
+    let connect = e.is_connect();
+    let text = e.without_url().to_string();
+    if connect { format!("connect: {text}") } else { text }
 }

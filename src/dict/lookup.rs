@@ -1,10 +1,11 @@
-//! One DICT lookup for the bank core, end to end: the cluster's cache first;
-//! then, one request per key per pod however many callers wait on it, the
+//! One DICT lookup for the bank core, end to end: the cluster's cache first
+//! (the payer's anti-scan bucket still charged); then, one request per (key,
+//! payer) per pod however many callers wait on it, the
 //! shared buckets (refused locally before the Central Bank would), the DICT,
 //! the cache filled with what it said (never an error); when the DICT cannot
-//! answer, the stale copy of a found entry whose owner cannot have changed
-//! (no open claim), else unavailable. A 429 from the DICT resynchronises the
-//! buckets from `GET /policies/` (the Central Bank's state wins).
+//! answer, the stale copy of a found entry that had no open claim when the
+//! DICT last said it, else unavailable. A 429 from the DICT resynchronises the
+//! participant bucket from `GET /policies/{policy}` (the Central Bank's state wins).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -129,6 +130,11 @@ impl DictLookups {
         match self.cache.fresh(key).await {
             Ok(Some(c)) => {
                 metrics::counter!("cabine_dict_cache_total", "result" => "hit").increment(1);
+                // The payer pays its anti-scan cost even for a cached answer.
+                let charged = self.buckets.charge_user(key_type_of(key), payer_id, c.entry.is_some()).await;
+                if let Admission::Refused { policy, retry_after } = charged {
+                    return Err(LookupError::RateLimited { policy: policy.into(), retry_after });
+                }
                 return Ok(Answer { source: Source::Cache, age_ms: c.age().as_millis() as u64, entry: c.entry });
             }
             Ok(None) => metrics::counter!("cabine_dict_cache_total", "result" => "miss").increment(1),
@@ -137,19 +143,21 @@ impl DictLookups {
                 tracing::warn!(error = %e, "DICT cache unreachable: asking the DICT");
             }
         }
+        // One request per (key, payer): the DICT sees each payer's own PI-PayerId and EndToEndId.
+        let flight = format!("{key}\u{0}{payer_id}");
         let (pending, first) = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            match inflight.get(key) {
+            match inflight.get(&flight) {
                 Some(p) => (p.clone(), false),
                 None => {
                     let (me, k, p, e) = (self.clone(), key.to_owned(), payer_id.to_owned(), end_to_end_id.to_owned());
                     let pending = async move { me.fetch(&k, &p, &e).await }.boxed().shared();
-                    inflight.insert(key.to_owned(), pending.clone());
+                    inflight.insert(flight.clone(), pending.clone());
                     (pending, true)
                 }
             }
         };
-        let _done = first.then(|| Done(&self.inflight, key.to_owned()));
+        let _done = first.then(|| Done(&self.inflight, flight));
         pending.await
     }
 
@@ -160,17 +168,17 @@ impl DictLookups {
             Admission::Refused { policy, retry_after } => {
                 return Err(LookupError::RateLimited { policy: policy.into(), retry_after });
             }
-            Admission::Admitted { participant_left } => {
+            Admission::Admitted { participant_left, epoch } => {
                 metrics::gauge!("cabine_dict_bucket_tokens", "policy" => bucket::PARTICIPANT)
                     .set(participant_left as f64);
-                true
+                Some(epoch)
             }
-            Admission::Unchecked(_) => false,
+            Admission::Unchecked(_) => None,
         };
         let me = &self;
         let refund = |amounts: (f64, f64)| async move {
-            if charged {
-                me.buckets.refund(key_type, payer_id, amounts).await;
+            if let Some(epoch) = charged {
+                me.buckets.refund(key_type, payer_id, amounts, epoch).await;
             }
         };
         let started = Instant::now();
@@ -201,7 +209,8 @@ impl DictLookups {
                 Err(LookupError::RateLimited { policy: format!("DICT {kind}"), retry_after: Duration::from_secs(1) })
             }
             Err(DictError::Unavailable(why)) => {
-                if why.starts_with("HTTP ") {
+                // A 5xx or a connection never made was not counted by the DICT; a timeout may have been.
+                if why.starts_with("HTTP ") || why.starts_with("connect") {
                     refund(bucket::COST_NOT_FOUND).await;
                 }
                 self.stale(key, why).await
@@ -238,10 +247,11 @@ impl DictLookups {
         }
     }
 
-    /// Takes the Central Bank's participant bucket from `GET /policies/`; its tokens.
+    /// Takes the Central Bank's participant bucket from `GET /policies/{policy}` (POLICIES_READ,
+    /// 60 a minute; the list, POLICIES_LIST, allows 6); its tokens.
     pub async fn sync(&self) -> Result<u64, String> {
         let outcome = async {
-            let policies = self.client.policies().await.map_err(|e| e.to_string())?;
+            let policies = self.client.policy(bucket::PARTICIPANT).await.map_err(|e| e.to_string())?;
             let p = policies.policies.iter().find(|p| p.name == bucket::PARTICIPANT).ok_or("no participant policy")?;
             let per_minute = p.refill_tokens as f64 * 60.0 / p.refill_period_sec.max(1) as f64;
             self.buckets.set_participant(p.available as f64, p.capacity as f64, per_minute).await?;

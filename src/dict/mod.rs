@@ -27,6 +27,12 @@ pub fn from_settings(settings: &Settings, redis: fred::prelude::Client) -> Resul
     let client = DictClient::new(d, &settings.cluster.ispb)?;
     let base = format!("{}:{}:{}", settings.redis.prefix, settings.cluster.name, settings.cluster.ispb);
     let buckets = bucket::DictBuckets::new(redis.clone(), base.clone(), &d.category, ScriptClock::Server);
-    let cache = cache::DictCache::new(redis, base, d.cache_found_ttl, d.cache_not_found_ttl, d.stale_ttl);
+    let cache_redis = if d.cache_url.is_empty() {
+        redis
+    } else {
+        let own = crate::config::RedisSettings { url: d.cache_url.clone(), ..settings.redis.clone() };
+        crate::redis::connect(&own).map_err(|e| DictError::Setup(format!("dict.cache_url: {e}")))?
+    };
+    let cache = cache::DictCache::new(cache_redis, base, d.cache_found_ttl, d.cache_not_found_ttl, d.stale_ttl);
     Ok(Some(Arc::new(DictLookups::new(client, buckets, cache))))
 }
