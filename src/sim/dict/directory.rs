@@ -95,9 +95,14 @@ impl Directory {
         let mut by_type: HashMap<&'static str, Vec<String>> = HashMap::new();
         for (t, kind) in KEY_TYPES.iter().enumerate() {
             let keys = by_type.entry(kind).or_default();
-            for i in 0..per_type as u64 {
-                let v = mix(seed ^ mix(((t as u64) << 32) | i));
+            let (mut i, mut draw) = (0u64, 0u64);
+            while keys.len() < per_type {
+                draw += 1;
+                let v = mix(seed ^ mix(((t as u64) << 32) | draw));
                 let key = key_of(kind, i, v);
+                if entries.contains_key(&key) {
+                    continue; // 10^8 CNPJ roots: a repeat is likely among thousands, and each key is distinct.
+                }
                 let legal = *kind == "CNPJ";
                 let entry = Entry {
                     key: key.clone(),
@@ -114,6 +119,7 @@ impl Directory {
                 };
                 keys.push(key.clone());
                 entries.insert(key, entry);
+                i += 1;
             }
         }
         Directory { entries, by_type }
@@ -153,5 +159,12 @@ mod tests {
         assert!(a.keys("PHONE", 0, 60).iter().all(|k| k.starts_with("+55") && k.len() == 14));
         assert!(a.keys("CPF", 0, 1).iter().all(|k| a.get(k).is_some_and(|e| !e.open_claim)));
         assert!(a.get(&a.keys("CPF", 49, 1)[0]).is_some_and(|e| e.open_claim));
+    }
+
+    #[test]
+    fn every_key_is_distinct_though_cnpj_roots_repeat() {
+        let d = Directory::new(1, 10_000, "99999010");
+        assert_eq!(d.entries.len(), 50_000);
+        assert!(KEY_TYPES.iter().all(|k| d.keys(k, 0, 10_000).len() == 10_000));
     }
 }

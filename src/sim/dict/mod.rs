@@ -75,7 +75,10 @@ pub struct DictState {
     policies: Mutex<Policies>,
     faults: Mutex<DictFaults>,
     counters: Counters,
+    /// Correlation ids.
     seq: AtomicU64,
+    /// Lookups, for `fail_every`.
+    lookups_seen: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -100,6 +103,7 @@ impl DictState {
             faults: Mutex::new(DictFaults::default()),
             counters: Counters::default(),
             seq: AtomicU64::new(0),
+            lookups_seen: AtomicU64::new(0),
         }
     }
 
@@ -194,7 +198,7 @@ impl DictState {
             self.counters.bad.fetch_add(1, Ordering::Relaxed);
             return problem(StatusCode::BAD_REQUEST, "BadRequest", "Bad request", "PI-PayerId and PI-EndToEndId");
         }
-        let n = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let n = self.lookups_seen.fetch_add(1, Ordering::Relaxed) + 1;
         if faults.fail_every > 0 && n.is_multiple_of(faults.fail_every) {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
             let mut answer = problem(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "Service unavailable", "");
