@@ -95,7 +95,7 @@ fn the_image_config_is_the_runtime_contract_of_both_recipes() {
     assert_eq!(labels["org.opencontainers.image.version"], env!("CARGO_PKG_VERSION"));
     let revision = labels["org.opencontainers.image.revision"].as_str().unwrap_or_default();
     assert!(revision.len() >= 7 && revision != "unknown", "revision label {revision:?}");
-    assert!(image.env().contains(&("CABINE_CONFIG_DIR".into(), "/etc/cabine".into())));
+    assert!(image.env().contains(&("CABINE_CONFIG_DIR".into(), "/etc/cabine/config".into())));
     // No shell, no package manager: the binary, its libraries, CA bundle, passwd.
     assert!(!image.rootfs.join("bin/sh").exists(), "the image carries a shell");
     assert!(image.rootfs.join("etc/ssl/certs/ca-certificates.crt").is_file());

@@ -28,7 +28,9 @@ const GRACE_MARGIN: Duration = Duration::from_secs(5);
 /// The image's user (ops/container).
 const IMAGE_UID: u64 = 65532;
 /// Where the image reads its configuration (`CABINE_CONFIG_DIR`).
-const CONFIG_DIR: &str = "/etc/cabine";
+const CONFIG_DIR: &str = "/etc/cabine/config";
+/// Under which the config and the TLS files are mounted (ECS: one volume there).
+const MOUNT_ROOT: &str = "/etc/cabine";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -111,7 +113,8 @@ impl PodFiles {
         let local = |path: &str| root.path().join(path.trim_start_matches('/'));
         let config_dir = local(CONFIG_DIR);
         std::fs::create_dir_all(&config_dir).expect("the config dir");
-        let text = production_toml.replace(&format!("\"{CONFIG_DIR}/"), &format!("\"{}/", config_dir.display()));
+        let moved = root.path().join(MOUNT_ROOT.trim_start_matches('/'));
+        let text = production_toml.replace(&format!("\"{MOUNT_ROOT}/"), &format!("\"{}/", moved.display()));
         std::fs::write(config_dir.join("production.toml"), text).expect("production.toml");
         for path in mounted {
             let source = match Path::new(path).file_name().and_then(|n| n.to_str()) {
@@ -150,7 +153,7 @@ impl PodFiles {
 
 /// The absolute paths `production.toml` names under the config dir (TLS files).
 fn config_files(production_toml: &str) -> Vec<String> {
-    let prefix = format!("\"{CONFIG_DIR}/");
+    let prefix = format!("\"{MOUNT_ROOT}/");
     let mut files = BTreeSet::new();
     for line in production_toml.lines().filter(|l| !l.trim_start().starts_with('#')) {
         if let Some(at) = line.find(&prefix) {
@@ -241,6 +244,18 @@ fn the_deployment_is_bound_to_the_config_it_runs() {
 
     hardened(spec, container);
     reachable(&objects, &settings);
+    no_mount_inside_another(container);
+}
+
+/// Volumes mount read-only: a mount point inside another mount could not be created.
+fn no_mount_inside_another(container: &Value) {
+    let paths: Vec<&str> =
+        container["volumeMounts"].as_array().expect("mounts").iter().filter_map(|m| m["mountPath"].as_str()).collect();
+    for a in &paths {
+        for b in &paths {
+            assert!(a == b || !b.starts_with(&format!("{a}/")), "{b} is mounted inside {a}");
+        }
+    }
 }
 
 /// Non-root as the image's user, read-only root, no privilege, no capability.
@@ -306,7 +321,7 @@ fn the_ecs_task_definition_is_bound_to_the_config_it_runs() {
     }
     // On ECS the config directory (production.toml and tls/) is one read-only volume.
     let mount = &container["mountPoints"][0];
-    assert_eq!((mount["containerPath"].as_str(), mount["readOnly"].as_bool()), (Some(CONFIG_DIR), Some(true)));
+    assert_eq!((mount["containerPath"].as_str(), mount["readOnly"].as_bool()), (Some(MOUNT_ROOT), Some(true)));
     let production = std::fs::read_to_string(root().join("config/production.toml")).expect("config/production.toml");
     let files = PodFiles::new(&production, &config_files(&production));
     assert_eq!(env.get("CABINE_CONFIG_DIR").map(String::as_str), Some(CONFIG_DIR));
