@@ -189,14 +189,15 @@ fn plot_bands(
 ) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
     let x_max = t_s.last().copied().unwrap_or(1.0).max(1.0);
-    let total: Vec<f64> = (0..t_s.len()).map(|i| bands.iter().map(|(_, v)| v[i]).sum()).collect();
+    let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(0.0);
+    let total: Vec<f64> = (0..t_s.len()).map(|i| bands.iter().map(|(_, v)| at(v, i)).sum()).collect();
     let y_max = total.iter().copied().fold(1.0, f64::max) * 1.15;
     let axes = ("seconds since the traffic started", "slots");
     let mut chart = chart(&root, title, (0.0..x_max, 0.0..y_max), axes)?;
     let mut below = vec![0.0; t_s.len()];
     for (i, (name, values)) in bands.iter().enumerate() {
         let colour = if i + 1 == bands.len() { GREY } else { COLOURS[i % COLOURS.len()] };
-        let above: Vec<f64> = below.iter().zip(values).map(|(b, v)| b + v).collect();
+        let above: Vec<f64> = below.iter().enumerate().map(|(i, b)| b + at(values, i)).collect();
         // Steps: a sample's value holds until the next sample.
         let mut outline: Vec<(f64, f64)> = Vec::new();
         for (k, t) in t_s.iter().enumerate() {

@@ -69,7 +69,7 @@ pub async fn sample_until(c: &LocalCluster, series: Option<&mut HolderSeries>, s
     };
     while Instant::now() < until {
         let next = (Instant::now() + EVERY).min(until);
-        // A pod that answers nobody (all paused or dead) leaves a gap, not a zero.
+        // No pod answered (all paused or dead): no sample; the plot holds the previous one, never a zero.
         if let Ok(holders) = stream_holders(c).await {
             series.record(started.elapsed().as_secs_f64(), &holders);
         }
