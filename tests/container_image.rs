@@ -160,6 +160,14 @@ async fn a_pod_from_the_image_becomes_ready_and_stores_what_the_simulator_sends(
         let probe = image.output(&["health", "--ready", "--pod", &url], &[]).await;
         ensure!(probe.status.success(), "cabine health --ready from the image: {probe:?}");
         ensure!(String::from_utf8_lossy(&probe.stdout).starts_with("200 "), "{probe:?}");
+        // Without --pod it asks http.bind, as ECS's health check does (a wildcard bind on loopback).
+        let bind = vec![
+            ("CABINE__HTTP__BIND".to_owned(), format!("0.0.0.0:{}", c.pods[0].http.port())),
+            ("CABINE__HTTP__OPERATOR_BIND".to_owned(), "127.0.0.1:8090".to_owned()),
+        ];
+        let by_config = image.output(&["health"], &bind).await;
+        ensure!(by_config.status.success(), "cabine health on http.bind from the image: {by_config:?}");
+        ensure!(String::from_utf8_lossy(&by_config.stdout).starts_with("200 live"), "{by_config:?}");
 
         c.sim.control.inject(20, "pacs008").await?;
         let stored = until(Duration::from_secs(20), || async {
