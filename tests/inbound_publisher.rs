@@ -214,3 +214,24 @@ fn the_duplicate_window_must_cover_twice_republish_after() {
         other => panic!("expected a violation, got {other:?}"),
     }
 }
+
+/// A publication mark (inbox and outbound outbox alike) commits without
+/// waiting for the WAL flush — `synchronous_commit` off inside its own
+/// transaction — and the pooled connection it ran on is synchronous again
+/// afterwards, for the commits an acknowledgement waits for.
+#[tokio::test]
+async fn publication_marks_commit_asynchronously_and_only_themselves() {
+    let db = TestDb::new("pub_async_mark", &[]).await;
+    let rows = commit_all(&db, &[batch("M", 3)]).await;
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let mut conn = db.pool.get().await.unwrap();
+    for mark in [cabine::publish::MARK_PUBLISHED, cabine::outbound::results::MARK_PUBLISHED] {
+        let tx = conn.transaction().await.unwrap();
+        tx.execute(mark, &[&ids]).await.unwrap();
+        let inside: String = tx.query_one("SHOW synchronous_commit", &[]).await.unwrap().get(0);
+        tx.commit().await.unwrap();
+        let after: String = conn.query_one("SHOW synchronous_commit", &[]).await.unwrap().get(0);
+        assert_eq!((inside.as_str(), after.as_str()), ("off", "on"), "{mark}");
+    }
+    assert_eq!(db.count("published_at IS NOT NULL").await, 3, "the inbox mark still marks");
+}

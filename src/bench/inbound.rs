@@ -139,10 +139,21 @@ async fn measure(c: &LocalCluster, args: &InboundBenchArgs) -> anyhow::Result<In
 
     let started = Instant::now();
     let fast = c.sim.control.inject(m, "pacs008").await?;
+    let injected = started.elapsed();
     let key = |id: &str| format!("99999010:cpm:{id}");
     wait_consumed(&reader, m, budget).await;
-    let last = reader.with(|a| fast.iter().filter_map(|id| a.first.get(&key(id)).copied()).max());
+    let (first, last) = reader.with(|a| {
+        let at: Vec<Instant> = fast.iter().filter_map(|id| a.first.get(&key(id)).copied()).collect();
+        (at.iter().min().copied(), at.iter().max().copied())
+    });
     let took = last.context("nothing consumed")?.saturating_duration_since(started);
+    let since = |t: Option<Instant>| t.map_or(-1.0, |t| t.saturating_duration_since(started).as_secs_f64() * 1e3);
+    eprintln!(
+        "fast run: inject answered after {:.1} ms, first on the bus after {:.1} ms, last after {:.1} ms",
+        injected.as_secs_f64() * 1e3,
+        since(first),
+        since(last)
+    );
     let msgs_per_s = m as f64 / took.as_secs_f64().max(1e-9);
 
     let fast_stages = super::stages::scrape(&c.pods, super::stages::INBOUND).await;

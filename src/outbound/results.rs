@@ -20,6 +20,16 @@ use super::rows::pg_error;
 use crate::db::bounded;
 
 pub const STATUS_HEADER: &str = "Cabine-Status";
+
+/// Marks acknowledged events published, committed without waiting for the WAL
+/// flush (`synchronous_commit` off for this transaction only): a mark a
+/// Postgres crash loses is an event the sweep republishes under the same
+/// `Nats-Msg-Id`, the path a crash between the PubAck and the mark already takes.
+/// The statements that change a message's state stay synchronous.
+pub const MARK_PUBLISHED: &str = "\
+UPDATE outbound_history SET published_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE id = ANY($1)";
 pub const MSG_ID_HEADER: &str = "Cabine-Msg-Id";
 
 /// The JSON body of a result event.
@@ -107,13 +117,8 @@ impl JetStreamResults {
         if ids.is_empty() {
             return Ok(());
         }
-        self.bounded(|client| async move {
-            client
-                .execute("UPDATE outbound_history SET published_at = now() WHERE id = ANY($1)", &[&ids])
-                .await
-                .map_err(|e| pg_error(&e))
-        })
-        .await?;
+        self.bounded(|client| async move { client.execute(MARK_PUBLISHED, &[&ids]).await.map_err(|e| pg_error(&e)) })
+            .await?;
         Ok(())
     }
 

@@ -13,6 +13,8 @@ mod series;
 mod sql;
 mod sweep;
 
+pub use sql::MARK_PUBLISHED;
+
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 

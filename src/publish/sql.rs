@@ -2,9 +2,15 @@
 //! sweep must republish, and read the oldest unpublished row's age. All of them
 //! walk the partial index `inbox_unpublished (ispb, id)` (migration V2).
 
-/// Marks a whole round published in one statement.
+/// Marks a whole round published in one statement, committed without waiting
+/// for the WAL flush (`synchronous_commit` off for this transaction only): a mark a Postgres crash
+/// loses is a row the sweep republishes, which JetStream and the consumers drop
+/// as a duplicate — the path a crash between the PubAck and the mark already
+/// takes. The inbox commits the acknowledgement waits for stay synchronous.
 pub const MARK_PUBLISHED: &str = "\
-UPDATE inbox SET published_at = now() WHERE id = ANY($1) AND published_at IS NULL";
+UPDATE inbox SET published_at = now()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
+WHERE id = ANY($1) AND published_at IS NULL";
 
 /// Highest id at the start of a sweep: the sweep never chases rows committed after it began.
 pub const MAX_ID: &str = "SELECT COALESCE(max(id), 0) FROM inbox";
