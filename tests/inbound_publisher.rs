@@ -235,3 +235,38 @@ async fn publication_marks_commit_asynchronously_and_only_themselves() {
     }
     assert_eq!(db.count("published_at IS NOT NULL").await, 3, "the inbox mark still marks");
 }
+
+/// A round's mark that waits on a row lock (the confirmer holds the status
+/// reports it correlates for its whole pass) does not hold the next round:
+/// the next rows reach the bus meanwhile, and every row is marked once the
+/// lock is gone.
+#[tokio::test]
+async fn a_mark_waiting_on_a_row_lock_does_not_hold_the_next_round() {
+    let db = TestDb::new("pub_mark_beside", &[]).await;
+    let client = async_nats::connect(&db.settings.nats.url).await.unwrap();
+    let streams = TestStreams::create(&client, &db.settings).await;
+    let publisher = JetStreamPublisher::start(client.clone(), db.pool.clone(), &db.settings);
+    let rows = commit_all(&db, &[batch("L", 2), batch("N", 2)]).await;
+    let (locked, next) = rows.split_at(2);
+
+    let mut holder = db.pool.get().await.unwrap();
+    let lock = holder.transaction().await.unwrap();
+    let ids: Vec<i64> = locked.iter().map(|r| r.id).collect();
+    lock.query("SELECT id FROM inbox WHERE id = ANY($1) FOR UPDATE", &[&ids]).await.unwrap();
+
+    publisher.committed(locked.to_vec()).await;
+    let on_bus = |n: usize| {
+        let streams = &streams;
+        move || async move { streams.inbound_messages().await.len() == n }
+    };
+    assert!(eventually(Duration::from_secs(5), on_bus(2)).await, "the first round is published");
+    publisher.committed(next.to_vec()).await;
+    assert!(eventually(Duration::from_secs(5), on_bus(4)).await, "the next round is not held by the waiting mark");
+    let only_locked_left = || async { db.count("published_at IS NULL").await == 2 };
+    assert!(eventually(Duration::from_secs(5), only_locked_left).await, "the next mark done, the first one waiting");
+
+    lock.rollback().await.unwrap();
+    let all_marked = || async { db.count("published_at IS NULL").await == 0 };
+    assert!(eventually(Duration::from_secs(5), all_marked).await, "every row marked once the lock is gone");
+    assert!(publisher.close(Duration::from_secs(5)).await);
+}

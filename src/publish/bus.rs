@@ -1,6 +1,7 @@
 //! One publication round: every row of a set is sent to JetStream (first
 //! await), then every PubAck is awaited (second await), then the acknowledged
-//! rows are marked published in one UPDATE. A row whose round fails stays
+//! rows are marked published in one UPDATE (the live path runs it beside the
+//! next round). A row whose round fails stays
 //! unpublished in Postgres for the sweep; its `Nats-Msg-Id` makes a second
 //! publication of the same row a no-op inside the stream's duplicate window.
 
@@ -103,7 +104,15 @@ impl InboundBus {
         id.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
     }
 
+    /// A round and its mark, one after the other (the sweep's pace).
     pub async fn publish(&self, rows: Vec<Outgoing>, path: Path) -> Round {
+        let (round, acknowledged) = self.send_round(rows, path).await;
+        self.mark_published(&acknowledged).await;
+        round
+    }
+
+    /// Sends a round and awaits its PubAcks; answers the ids to mark published.
+    pub async fn send_round(&self, rows: Vec<Outgoing>, path: Path) -> (Round, Vec<i64>) {
         let mut round = Round::default();
         let mut pending: Vec<(&Outgoing, PublishAckFuture)> = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -134,13 +143,12 @@ impl InboundBus {
         round.warn_once();
         round.published = acknowledged.len();
         metrics::counter!(m::PUBLISHED, "path" => path.as_str()).increment(round.published as u64);
-        self.mark_published(&acknowledged).await;
         if round.bus_failed
             && let Ok(mut d) = self.down_until.lock()
         {
             *d = Some(Instant::now() + BUS_DOWN_COOLDOWN);
         }
-        round
+        (round, acknowledged)
     }
 
     fn failed(&self, round: &mut Round, row: &Outgoing, e: &PublishError) {
@@ -164,7 +172,7 @@ impl InboundBus {
 
     /// One UPDATE for the whole round. If it fails the rows stay unpublished and the
     /// sweep republishes them: JetStream drops the copies as duplicates.
-    async fn mark_published(&self, ids: &[i64]) {
+    pub async fn mark_published(&self, ids: &[i64]) {
         if ids.is_empty() {
             return;
         }

@@ -4,9 +4,10 @@
 //!
 //! Slots hand rows over through a bounded queue (`nats.publish_queue`): a full
 //! queue makes them wait (back-pressure). One task drains it in rounds of up
-//! to `nats.publish_batch` rows. While the bus is down the task leaves rows in
-//! Postgres for the republish sweep instead of stalling the slots. Malformed
-//! rows are dead letters (view `inbox_dead_letter`) and are never published.
+//! to `nats.publish_batch` rows; a round's mark runs beside the next rounds.
+//! While the bus is down the task leaves rows in Postgres for the republish
+//! sweep instead of stalling the slots. Malformed rows are dead letters (view
+//! `inbox_dead_letter`) and are never published.
 
 mod bus;
 mod series;
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::db::Db;
 use cabine_actors::ports::{CommittedRow, InboundPublisher, PublishError};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use bus::subject_type;
@@ -136,9 +137,18 @@ impl InboundPublisher for JetStreamPublisher {
     }
 }
 
-/// Publishes queued rows in rounds until every sender is gone.
+/// Rounds whose mark may still be running while the next round publishes. A
+/// mark can wait on row locks: the confirmer holds the status reports it
+/// correlates for its whole pass, and those rows were just published.
+const MARKS_IN_FLIGHT: usize = 4;
+
+/// Publishes queued rows in rounds until every sender is gone; each round's
+/// mark runs beside the next rounds (at most [`MARKS_IN_FLIGHT`]), and the
+/// drain ends after the last mark. A mark cut short (the drain aborted by
+/// `close`) leaves its rows to the sweep.
 async fn drain(bus: Arc<InboundBus>, mut rx: mpsc::Receiver<Queued>, batch: usize) {
     let mut buf = Vec::with_capacity(batch);
+    let mut marks = JoinSet::new();
     while rx.recv_many(&mut buf, batch).await > 0 {
         metrics::gauge!(m::QUEUE_DEPTH).set(rx.len() as f64);
         let rows: Vec<Outgoing> = buf.drain(..).map(outgoing).collect();
@@ -146,8 +156,14 @@ async fn drain(bus: Arc<InboundBus>, mut rx: mpsc::Receiver<Queued>, batch: usiz
             metrics::counter!(m::DEFERRED).increment(rows.len() as u64);
             continue;
         }
-        bus.publish(rows, Path::Live).await;
+        let (_, acknowledged) = bus.send_round(rows, Path::Live).await;
+        while marks.len() >= MARKS_IN_FLIGHT {
+            marks.join_next().await;
+        }
+        let bus = bus.clone();
+        marks.spawn(async move { bus.mark_published(&acknowledged).await });
     }
+    while marks.join_next().await.is_some() {}
 }
 
 fn outgoing(q: Queued) -> Outgoing {
