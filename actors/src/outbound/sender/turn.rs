@@ -4,20 +4,19 @@
 //!
 //! ```text
 //! turn k:   [prepare k]? → deadline check → gate → lease check → POST k → finish k (background)
-//!                                                               ├ prepare k+1 ┤
-//!                                                               └ arm k+1 ┘
+//!                                                               └ prepare k+1, arm k+1 ┘
 //! ```
 //!
 //! A turn with nothing prepared first waits for the previous finish (the
 //! breaker counted, rows given back) and a previous holder's busy window,
 //! then prepares ([`prepare`]: admit ∥ take → cut → draw). While its POST is
-//! in flight it prepares the next batch and, beside that, arms the gate for it
-//! (one fenced write sent once this POST has spent its own arming: the next
-//! POST leaves within the margin of it, else the gate arms again right
-//! before); the moment the POST is answered its outcomes go to the finish
-//! stage ([`finish`]: record → breaker → publish) in the background, and the
-//! prepared batch comes back in the report for the next turn. The breaker
-//! admits before each POST and the bucket is drawn before the POST it pays for. A prepared batch is given back
+//! in flight it prepares the next batch and arms the gate for it (one fenced
+//! write after this POST left: the next POST leaves within the margin of it,
+//! else the gate arms again right before); the moment the POST is answered its
+//! outcomes go to the finish stage ([`finish`]: record → breaker → publish) in
+//! the background, and the prepared batch comes back in the report for the
+//! next turn. The breaker admits before each POST and the
+//! bucket is drawn before the POST it pays for. A prepared batch is given back
 //! (`NotSent`) unless the POST got a clean answer: after a 429, a call that
 //! fails the breaker, a broken connection, or a failed previous finish.
 //! Losing the lease during the POST does not abort it: it started inside the
@@ -168,11 +167,13 @@ impl Turn {
             if !input.pipeline {
                 return (None, None);
             }
-            // Arm the next POST beside its prepare, while this one is in flight (this one was armed
-            // before it): the next goes out within the margin of this write unless the turn outlasts
-            // the margin (then it is armed again right before). A batch that comes back empty leaves
-            // the write unused: it only lengthens the window a release clears.
-            let (next, armed) = tokio::join!(prepare::prepare(input), arm_early(input, fence, busy_for));
+            let next = prepare::prepare(input).await;
+            // Arm the next POST now, after this one left: it goes out within the margin of this
+            // write unless this POST outlasts the margin (then it is armed again right before).
+            let armed = match next {
+                Prep::Ready(_) => arm_early(input, fence, busy_for).await,
+                Prep::Ended(..) => None,
+            };
             (Some(next), armed)
         };
         let ((posted, last), (next, armed)) = tokio::join!(post, next);
