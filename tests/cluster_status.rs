@@ -24,27 +24,40 @@ use nix::sys::signal::Signal;
 
 /// What chromium rendered at `url` after the page's script ran, and a screenshot of it.
 fn render(url: &str, shot: &Path) -> anyhow::Result<String> {
-    let profile = tempfile::tempdir()?;
-    let common = |cmd: &mut Command| {
-        cmd.args(["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1400"])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg("--virtual-time-budget=3000");
-    };
-    let mut dump = Command::new("chromium");
-    common(&mut dump);
-    let out = dump.arg("--dump-dom").arg(url).output().context("chromium (ops/deps.sh installs it)")?;
-    ensure!(out.status.success(), "chromium --dump-dom: {}", String::from_utf8_lossy(&out.stderr));
-    let mut screenshot = Command::new("chromium");
-    common(&mut screenshot);
-    let taken = screenshot.arg(format!("--screenshot={}", shot.display())).arg(url).output()?;
-    ensure!(
-        taken.status.success() && shot.exists(),
-        "chromium --screenshot: {}",
-        String::from_utf8_lossy(&taken.stderr)
-    );
+    let dom = chromium(url, "--dump-dom".into())?;
+    chromium(url, format!("--screenshot={}", shot.display()))?;
+    ensure!(shot.exists(), "chromium wrote no screenshot at {}", shot.display());
     println!("screenshot: {}", shot.display());
-    Ok(String::from_utf8(out.stdout)?)
+    Ok(String::from_utf8(dom)?)
 }
+
+/// One headless Chromium run on `url` with `action` (its stdout), bounded by
+/// [`CHROMIUM_BOUND`] and tried up to three times: Chromium's virtual time can
+/// stall on a page whose fetches hang (the pod's Redis is down), and then it
+/// never exits by itself.
+fn chromium(url: &str, action: String) -> anyhow::Result<Vec<u8>> {
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        let profile = tempfile::tempdir()?;
+        let out = Command::new("timeout")
+            .args(["--kill-after=5", &CHROMIUM_BOUND.as_secs().to_string(), "chromium"])
+            .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1400"])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("--virtual-time-budget=3000")
+            .arg(&action)
+            .arg(url)
+            .output()
+            .context("chromium under timeout (ops/deps.sh installs it)")?;
+        if out.status.success() {
+            return Ok(out.stdout);
+        }
+        failures.push(format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")));
+    }
+    anyhow::bail!("chromium {action} {url} failed three times: {failures:?}")
+}
+
+/// Wall-clock bound on one Chromium run (a page renders in a few seconds).
+const CHROMIUM_BOUND: Duration = Duration::from_secs(20);
 
 fn shots() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("status-page");

@@ -5,6 +5,8 @@
 
 const REFRESH_MS = 2000;
 const INCIDENTS_MS = 10000;
+// A pod that cannot reach a store may answer slowly: past this a panel says so instead of waiting.
+const FETCH_TIMEOUT_MS = 8000;
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs, ...children) {
@@ -49,9 +51,25 @@ function compact(obj) {
 }
 
 async function getJson(path, headers) {
-  const r = await fetch(path, { headers: headers || {}, cache: "no-store" });
-  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
-  return r.json();
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
+  try {
+    const r = await fetch(path, { headers: headers || {}, cache: "no-store", signal: abort.signal });
+    if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+    return await r.json();
+  } catch (e) {
+    throw e.name === "AbortError" ? new Error(path + ": no answer within " + FETCH_TIMEOUT_MS / 1000 + " s") : e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// Runs `f`, then again `ms` after it finished: a slow pod never has two of its refreshes pending.
+function every(ms, f) {
+  const loop = async () => {
+    try { await f(); } finally { setTimeout(loop, ms); }
+  };
+  loop();
 }
 
 function drawBanners(cluster, failures) {
@@ -225,10 +243,8 @@ function start() {
   const input = $("token");
   input.value = token();
   input.addEventListener("change", () => { keepToken(input.value); drawIncidents(); });
-  refresh();
-  drawIncidents();
-  setInterval(refresh, REFRESH_MS);
-  setInterval(drawIncidents, INCIDENTS_MS);
+  every(REFRESH_MS, refresh);
+  every(INCIDENTS_MS, drawIncidents);
 }
 
 document.addEventListener("DOMContentLoaded", start);
