@@ -20,6 +20,7 @@ use super::rows::pg_error;
 use crate::db::bounded;
 
 pub const STATUS_HEADER: &str = "Cabine-Status";
+pub const MSG_ID_HEADER: &str = "Cabine-Msg-Id";
 
 /// Marks acknowledged events published, committed without waiting for the WAL
 /// flush (`synchronous_commit` off for this transaction only): a mark a
@@ -30,7 +31,6 @@ pub const MARK_PUBLISHED: &str = "\
 UPDATE outbound_history SET published_at = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 WHERE id = ANY($1)";
-pub const MSG_ID_HEADER: &str = "Cabine-Msg-Id";
 
 /// The JSON body of a result event.
 #[derive(Debug, Serialize)]

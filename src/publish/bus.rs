@@ -1,9 +1,9 @@
 //! One publication round: every row of a set is sent to JetStream (first
 //! await), then every PubAck is awaited (second await), then the acknowledged
 //! rows are marked published in one UPDATE (the live path runs it beside the
-//! next round). A row whose round fails stays
-//! unpublished in Postgres for the sweep; its `Nats-Msg-Id` makes a second
-//! publication of the same row a no-op inside the stream's duplicate window.
+//! next round). A row whose round fails stays unpublished in Postgres for the
+//! sweep; its `Nats-Msg-Id` makes a second publication of the same row a no-op
+//! inside the stream's duplicate window.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -139,7 +139,8 @@ impl InboundPublisher for JetStreamPublisher {
 
 /// Rounds whose mark may still be running while the next round publishes. A
 /// mark can wait on row locks: the confirmer holds the status reports it
-/// correlates for its whole pass, and those rows were just published.
+/// correlates for its whole pass, and those rows were just published. Each
+/// waiting mark holds a pooled connection (at most `postgres.query_timeout`).
 const MARKS_IN_FLIGHT: usize = 4;
 
 /// Publishes queued rows in rounds until every sender is gone; each round's

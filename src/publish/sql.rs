@@ -3,10 +3,11 @@
 //! walk the partial index `inbox_unpublished (ispb, id)` (migration V2).
 
 /// Marks a whole round published in one statement, committed without waiting
-/// for the WAL flush (`synchronous_commit` off for this transaction only): a mark a Postgres crash
-/// loses is a row the sweep republishes, which JetStream and the consumers drop
-/// as a duplicate — the path a crash between the PubAck and the mark already
-/// takes. The inbox commits the acknowledgement waits for stay synchronous.
+/// for the WAL flush (`synchronous_commit` off for this transaction only): a
+/// mark a Postgres crash loses is a row the sweep republishes, which JetStream
+/// and the consumers drop as a duplicate — the path a crash between the PubAck
+/// and the mark already takes. The inbox commits the acknowledgement waits for
+/// stay synchronous.
 pub const MARK_PUBLISHED: &str = "\
 UPDATE inbox SET published_at = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
