@@ -382,8 +382,10 @@ async fn above_max_queued_the_dispatchers_stop_pulling_and_say_so() {
         .await?;
         ensure!(d["state"] == "backpressure" && d["details"]["backpressure"] == true, "shown in /actors: {d}");
         tokio::time::sleep(Duration::from_secs(1)).await;
+        // max_queued counts `queued` rows: the first 10 may be out of it (`sending`) while a sender's
+        // turn holds them at a probe of the breaker, so at most 10 + 50 + one batch of 20 are stored.
         let stored: i64 = statuses(c).await?.values().sum();
-        ensure!((50..=50 + 20).contains(&stored), "stops pulling past max_queued: {stored} stored");
+        ensure!((50..=10 + 50 + 20).contains(&stored), "stops pulling past max_queued: {stored} stored");
         let metrics = cabine::harness::http_client()
             .get(format!("http://{}/metrics", c.pods[0].http))
             .send()
